@@ -1,0 +1,717 @@
+//! The conflict graph: which call waits for which, and why.
+//!
+//! Takes in: calls one at a time in submission order, each as its list of [`Access`]es. Hands on:
+//! for each call at once, its edges from earlier calls; and, for a whole batch, a petgraph
+//! [`ConflictGraph`] with levels ("waves") and a critical path.
+//!
+//! # The rule
+//!
+//! Calls `a` (earlier) and `b` (later) conflict when some access of `a` and some access of `b`
+//! have overlapping resources and at least one of the two is a write. Every conflicting pair must
+//! be joined by a path `a -> ... -> b`; an edge that a path already implies may be left out. Each
+//! edge carries one resource that causes it and its kind:
+//!
+//! | earlier | later | kind |
+//! |---|---|---|
+//! | write | read | `read-after-write` (causal: `b` may have seen what `a` wrote) |
+//! | read | write | `write-after-read` |
+//! | write | write | `write-after-write` |
+//!
+//! Worked example. `c1` reads `kv:a`, `c2` writes `kv:a`, `c3` reads `kv:*`, `c4` reads `kv:a`:
+//! `c1 -> c2` (write-after-read), `c2 -> c3` and `c2 -> c4` (read-after-write). `c1` and `c3`,
+//! `c3` and `c4` are reads of one resource and do not wait for each other.
+//!
+//! # Building it incrementally, near-linear
+//!
+//! Comparing every new access with every earlier one is quadratic. The index here keeps, per
+//! *exact* resource, the state Solana's schedulers keep per account — its last writer and the
+//! readers since — so that a new access links to its *nearest* conflicting predecessors only:
+//! a read waits for the last writer; a write waits for the readers since it (or, if none, for the
+//! last writer itself). Older calls are reached through them.
+//!
+//! Wildcard accesses (`blob:*`, `fs:/repo/*.rs`) are kept in buckets by literal prefix, read and
+//! write entries apart, each bucket in insertion order. An exact resource `k` only looks in the
+//! buckets whose prefix is a prefix of `k` (one lookup per distinct prefix length in use); a
+//! wildcard pattern `p` looks in buckets whose prefix is a prefix of `p`'s, or extends it, and
+//! ranges over the exact resources that start with its prefix. Pattern pairs are interned and
+//! their overlap and containment answers memoized.
+//!
+//! Two rules keep the wildcard side from growing without bound:
+//!
+//! - A wildcard *write* `p` takes over every exact resource it matches, as if it had written each
+//!   one: it becomes that resource's last writer (invariant **no newer wildcard writer**, below).
+//! - A wildcard *write* `p` removes every earlier wildcard entry whose pattern it contains: any
+//!   later access that overlaps the removed pattern overlaps `p` too, and `p` is ordered after the
+//!   removed entry, so the path goes through `p`.
+//!
+//! The tests hold this builder to [`naive_edges`], the all-pairs reference, on random batches:
+//! every conflicting pair is joined by a path, and every edge joins a conflicting pair.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::sync::Arc;
+
+use petgraph::stable_graph::{NodeIndex, StableDiGraph};
+use petgraph::Direction;
+use serde::{Deserialize, Serialize};
+
+use crate::access::Access;
+use crate::manifest::AccessMode;
+use crate::pattern::Pattern;
+
+/// The kind of a conflict edge, from the modes of the two accesses that cause it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EdgeKind {
+    /// The earlier call writes, the later reads: causal.
+    ReadAfterWrite,
+    /// The earlier call reads, the later writes.
+    WriteAfterRead,
+    /// Both write.
+    WriteAfterWrite,
+}
+
+impl EdgeKind {
+    /// The kind of the edge from an access in mode `earlier` to one in mode `later`, or `None`
+    /// when both read (no conflict).
+    pub fn between(earlier: AccessMode, later: AccessMode) -> Option<Self> {
+        match (earlier, later) {
+            (AccessMode::Write, AccessMode::Read) => Some(EdgeKind::ReadAfterWrite),
+            (AccessMode::Read, AccessMode::Write) => Some(EdgeKind::WriteAfterRead),
+            (AccessMode::Write, AccessMode::Write) => Some(EdgeKind::WriteAfterWrite),
+            (AccessMode::Read, AccessMode::Read) => None,
+        }
+    }
+
+    /// The name as the CLI and the provenance log spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EdgeKind::ReadAfterWrite => "read-after-write",
+            EdgeKind::WriteAfterRead => "write-after-read",
+            EdgeKind::WriteAfterWrite => "write-after-write",
+        }
+    }
+
+    /// Whether the later call may have seen what the earlier one wrote.
+    pub fn is_causal(self) -> bool {
+        self == EdgeKind::ReadAfterWrite
+    }
+}
+
+impl fmt::Display for EdgeKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A conflict edge between two calls, named by their positions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edge {
+    /// The earlier call.
+    pub from: usize,
+    /// The later call.
+    pub to: usize,
+    /// One overlapping pattern that causes the edge.
+    pub resource: Pattern,
+    /// Read-after-write, write-after-read or write-after-write.
+    pub kind: EdgeKind,
+}
+
+/// Per exact resource: the state that lets a new access link to its nearest predecessors.
+#[derive(Debug, Default)]
+struct KeyState {
+    /// The latest call that wrote this resource, exactly or through a wildcard write.
+    /// Invariant (**no newer wildcard writer**): no live wildcard write entry that matches this
+    /// resource was inserted after this state was last updated — every wildcard write updates
+    /// the states of the resources it matches (see `insert_wild`).
+    last_writer: Option<usize>,
+    /// Calls that read this resource exactly since `last_writer` (each after it).
+    readers: Vec<usize>,
+    /// Invariant (**reads synced**): every live wildcard read entry with a sequence number below
+    /// this one that matches the resource is ordered before `last_writer`; a new write need only
+    /// look at wildcard reads from this number on.
+    reads_synced: u64,
+}
+
+/// A wildcard access in a bucket.
+#[derive(Debug, Clone, Copy)]
+struct WildEntry {
+    seq: u64,
+    call: usize,
+    pattern: u32,
+}
+
+#[derive(Debug, Default)]
+struct Bucket {
+    /// Read entries, in insertion (sequence) order.
+    reads: Vec<WildEntry>,
+    /// Write entries, in insertion (sequence) order.
+    writes: Vec<WildEntry>,
+}
+
+/// The incremental conflict index: insert calls in submission order, get each one's edges.
+///
+/// ```
+/// use sluice_kernel::access::Access;
+/// use sluice_kernel::graph::{ConflictIndex, EdgeKind};
+/// use sluice_kernel::manifest::EffectKind;
+/// use sluice_kernel::pattern::Pattern;
+///
+/// let w = |r: &str| Access::new(EffectKind::Writes, Pattern::parse(r).unwrap());
+/// let r = |r: &str| Access::new(EffectKind::Reads, Pattern::parse(r).unwrap());
+/// let mut index = ConflictIndex::new();
+/// let mut edges = Vec::new();
+/// index.insert(0, &[w("kv:a")], &mut edges);
+/// index.insert(1, &[r("kv:*")], &mut edges);
+/// assert_eq!((edges[0].from, edges[0].to, edges[0].kind), (0, 1, EdgeKind::ReadAfterWrite));
+/// ```
+#[derive(Default)]
+pub struct ConflictIndex {
+    exact: HashMap<Arc<str>, KeyState>,
+    /// The keys of `exact`, sorted, for prefix range scans by wildcard accesses.
+    exact_sorted: BTreeSet<Arc<str>>,
+    wild: BTreeMap<Box<str>, Bucket>,
+    /// Byte length of bucket prefixes in use -> how many buckets have it.
+    prefix_lens: BTreeMap<usize, usize>,
+    patterns: Vec<Pattern>,
+    interned: HashMap<Pattern, u32>,
+    overlap_memo: HashMap<(u32, u32), bool>,
+    contains_memo: HashMap<(u32, u32), bool>,
+    seq: u64,
+    /// Scratch: the edges of the call being inserted, deduplicated by `from`.
+    pending: Vec<Edge>,
+    /// The sources in `pending`, kept once `pending` grows past a handful.
+    pending_from: std::collections::HashSet<usize>,
+    scratch_keys: Vec<Arc<str>>,
+    scratch_prefixes: Vec<Box<str>>,
+}
+
+impl fmt::Debug for ConflictIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConflictIndex")
+            .field("exact_resources", &self.exact.len())
+            .field("wildcard_buckets", &self.wild.len())
+            .field("patterns", &self.patterns.len())
+            .finish()
+    }
+}
+
+impl ConflictIndex {
+    /// An empty index.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Inserts call `call` (which must be later than every call inserted before) with its
+    /// accesses, appending its edges from earlier calls to `out` — at most one edge per earlier
+    /// call, with the resource and kind of the first conflict found.
+    pub fn insert(&mut self, call: usize, accesses: &[Access], out: &mut Vec<Edge>) {
+        self.pending.clear();
+        for (i, a) in accesses.iter().enumerate() {
+            // One mode per pattern within a call: write if any access to it writes.
+            if accesses[..i].iter().any(|b| b.resource == a.resource) {
+                continue;
+            }
+            let mode = if accesses[i..]
+                .iter()
+                .any(|b| b.resource == a.resource && b.mode() == AccessMode::Write)
+            {
+                AccessMode::Write
+            } else {
+                AccessMode::Read
+            };
+            match a.resource.as_exact() {
+                Some(key) => self.insert_exact(call, key, &a.resource, mode),
+                None => self.insert_wild(call, &a.resource, mode),
+            }
+        }
+        out.append(&mut self.pending);
+    }
+
+    fn edge(&mut self, from: usize, to: usize, resource: &Pattern, kind: EdgeKind) {
+        if from == to {
+            return;
+        }
+        // Few edges per call is the norm: a scan; many (a write after a crowd of readers): a set.
+        if self.pending.len() < 16 {
+            if self.pending.iter().any(|e| e.from == from) {
+                return;
+            }
+            if self.pending.len() == 15 {
+                self.pending_from.clear();
+                self.pending_from.extend(self.pending.iter().map(|e| e.from));
+                self.pending_from.insert(from);
+            }
+        } else if !self.pending_from.insert(from) {
+            return;
+        }
+        self.pending.push(Edge {
+            from,
+            to,
+            resource: resource.clone(),
+            kind,
+        });
+    }
+
+    fn intern(&mut self, p: &Pattern) -> u32 {
+        if let Some(id) = self.interned.get(p) {
+            return *id;
+        }
+        let id = self.patterns.len() as u32;
+        self.patterns.push(p.clone());
+        self.interned.insert(p.clone(), id);
+        id
+    }
+
+    fn overlaps(&mut self, a: u32, b: u32) -> bool {
+        let key = if a <= b { (a, b) } else { (b, a) };
+        if let Some(v) = self.overlap_memo.get(&key) {
+            return *v;
+        }
+        let v = self.patterns[a as usize].overlaps(&self.patterns[b as usize]);
+        self.overlap_memo.insert(key, v);
+        v
+    }
+
+    fn contains(&mut self, a: u32, b: u32) -> bool {
+        if let Some(v) = self.contains_memo.get(&(a, b)) {
+            return *v;
+        }
+        let v = self.patterns[a as usize].contains(&self.patterns[b as usize]);
+        self.contains_memo.insert((a, b), v);
+        v
+    }
+
+    /// The bucket prefixes that are prefixes of `s` (including `s` itself when `or_equal`).
+    fn prefixes_of(&mut self, s: &str, or_equal: bool) {
+        self.scratch_prefixes.clear();
+        for &len in self.prefix_lens.keys() {
+            if len > s.len() || (len == s.len() && !or_equal) {
+                break;
+            }
+            if s.is_char_boundary(len) && self.wild.contains_key(&s[..len]) {
+                self.scratch_prefixes.push(s[..len].into());
+            }
+        }
+    }
+
+    fn insert_exact(&mut self, call: usize, key: &str, resource: &Pattern, mode: AccessMode) {
+        if !self.exact.contains_key(key) {
+            self.create_key_state(key, resource);
+        }
+        self.prefixes_of(key, true);
+        let prefixes = std::mem::take(&mut self.scratch_prefixes);
+        let Some(state) = self.exact.get_mut(key) else {
+            return;
+        };
+        let (last_writer, reads_synced) = (state.last_writer, state.reads_synced);
+        match mode {
+            AccessMode::Read => {
+                if state.readers.last() != Some(&call) {
+                    state.readers.push(call);
+                }
+                // No newer wildcard writer: the last writer is the only write to wait for.
+                if let Some(w) = last_writer {
+                    self.edge(w, call, resource, EdgeKind::ReadAfterWrite);
+                }
+            }
+            AccessMode::Write => {
+                let readers = std::mem::take(&mut state.readers);
+                state.last_writer = Some(call);
+                state.reads_synced = self.seq;
+                if readers.iter().any(|r| *r != call) {
+                    for r in readers {
+                        self.edge(r, call, resource, EdgeKind::WriteAfterRead);
+                    }
+                } else if let Some(w) = last_writer {
+                    self.edge(w, call, resource, EdgeKind::WriteAfterWrite);
+                }
+                // Reads synced: only wildcard reads newer than the last write can be unordered.
+                for prefix in &prefixes {
+                    let Some(bucket) = self.wild.get(prefix) else {
+                        continue;
+                    };
+                    let from = bucket.reads.partition_point(|e| e.seq < reads_synced);
+                    let newer: Vec<WildEntry> = bucket.reads[from..].to_vec();
+                    for e in newer {
+                        if self.patterns[e.pattern as usize].matches(key) {
+                            self.edge(e.call, call, resource, EdgeKind::WriteAfterRead);
+                        }
+                    }
+                }
+            }
+        }
+        self.scratch_prefixes = prefixes;
+    }
+
+    /// First access to `key`: its last writer is the latest live wildcard write that matches it
+    /// (every earlier such write is ordered before that one), and every wildcard read older than
+    /// that write is ordered before it too.
+    fn create_key_state(&mut self, key: &str, _resource: &Pattern) {
+        self.prefixes_of(key, true);
+        let mut latest: Option<WildEntry> = None;
+        for prefix in &self.scratch_prefixes {
+            let Some(bucket) = self.wild.get(prefix) else {
+                continue;
+            };
+            for e in bucket.writes.iter().rev() {
+                if latest.is_some_and(|l| l.seq > e.seq) {
+                    break;
+                }
+                if self.patterns[e.pattern as usize].matches(key) {
+                    latest = Some(*e);
+                    break;
+                }
+            }
+        }
+        let key: Arc<str> = Arc::from(key);
+        self.exact_sorted.insert(key.clone());
+        self.exact.insert(
+            key,
+            KeyState {
+                last_writer: latest.map(|e| e.call),
+                readers: Vec::new(),
+                reads_synced: latest.map_or(0, |e| e.seq + 1),
+            },
+        );
+    }
+
+    fn insert_wild(&mut self, call: usize, resource: &Pattern, mode: AccessMode) {
+        let id = self.intern(resource);
+        let prefix = resource.literal_prefix();
+
+        // 1. Exact resources this pattern matches.
+        self.scratch_keys.clear();
+        for k in self
+            .exact_sorted
+            .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
+        {
+            if !k.starts_with(prefix) {
+                break;
+            }
+            if resource.matches(k) {
+                self.scratch_keys.push(k.clone());
+            }
+        }
+        let keys = std::mem::take(&mut self.scratch_keys);
+        let seq = self.seq;
+        for k in &keys {
+            let Some(state) = self.exact.get_mut(&**k) else {
+                continue;
+            };
+            let (last_writer, label) = (state.last_writer, Pattern::literal(k));
+            match mode {
+                AccessMode::Read => {
+                    if let Some(w) = last_writer {
+                        self.edge(w, call, &label, EdgeKind::ReadAfterWrite);
+                    }
+                }
+                AccessMode::Write => {
+                    // This write takes the resource over (no newer wildcard writer).
+                    let readers = std::mem::take(&mut state.readers);
+                    state.last_writer = Some(call);
+                    state.reads_synced = seq + 1;
+                    if readers.iter().any(|r| *r != call) {
+                        for r in readers {
+                            self.edge(r, call, &label, EdgeKind::WriteAfterRead);
+                        }
+                    } else if let Some(w) = last_writer {
+                        self.edge(w, call, &label, EdgeKind::WriteAfterWrite);
+                    }
+                }
+            }
+        }
+        self.scratch_keys = keys;
+
+        // 2. Earlier wildcard entries that overlap it: buckets whose prefix is a prefix of ours
+        //    (shorter), and buckets whose prefix starts with ours (equal or longer).
+        self.prefixes_of(prefix, false);
+        let mut buckets = std::mem::take(&mut self.scratch_prefixes);
+        let shorter = buckets.len();
+        for (p, _) in self
+            .wild
+            .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
+        {
+            if !p.starts_with(prefix) {
+                break;
+            }
+            buckets.push(p.clone());
+        }
+        for b in &buckets {
+            let Some(bucket) = self.wild.get(b) else {
+                continue;
+            };
+            let mut candidates: Vec<(WildEntry, EdgeKind)> = bucket
+                .writes
+                .iter()
+                .map(|e| {
+                    let kind = match mode {
+                        AccessMode::Read => EdgeKind::ReadAfterWrite,
+                        AccessMode::Write => EdgeKind::WriteAfterWrite,
+                    };
+                    (*e, kind)
+                })
+                .collect();
+            if mode == AccessMode::Write {
+                candidates.extend(bucket.reads.iter().map(|e| (*e, EdgeKind::WriteAfterRead)));
+            }
+            for (e, kind) in candidates {
+                if e.call != call && self.overlaps(id, e.pattern) {
+                    let label = self.label(resource, e.pattern);
+                    self.edge(e.call, call, &label, kind);
+                }
+            }
+        }
+
+        // 3. A write removes the earlier entries it contains; they can only sit in buckets whose
+        //    prefix starts with ours.
+        if mode == AccessMode::Write {
+            for b in &buckets[shorter..] {
+                let Some(mut bucket) = self.wild.remove(b) else {
+                    continue;
+                };
+                let mut keep = |e: &WildEntry| !self.contains(id, e.pattern);
+                bucket.reads.retain(&mut keep);
+                bucket.writes.retain(&mut keep);
+                if bucket.reads.is_empty() && bucket.writes.is_empty() {
+                    self.drop_prefix_len(b.len());
+                } else {
+                    self.wild.insert(b.clone(), bucket);
+                }
+            }
+        }
+        self.scratch_prefixes = buckets;
+
+        // 4. Record the entry.
+        let entry = WildEntry {
+            seq,
+            call,
+            pattern: id,
+        };
+        self.seq += 1;
+        let bucket = match self.wild.get_mut(prefix) {
+            Some(b) => b,
+            None => {
+                *self.prefix_lens.entry(prefix.len()).or_insert(0) += 1;
+                self.wild.entry(prefix.into()).or_default()
+            }
+        };
+        match mode {
+            AccessMode::Read => bucket.reads.push(entry),
+            AccessMode::Write => bucket.writes.push(entry),
+        }
+    }
+
+    /// The label of an edge between a new wildcard access and an earlier one: the narrower
+    /// pattern when one contains the other, else the new one.
+    fn label(&mut self, new: &Pattern, earlier: u32) -> Pattern {
+        let new_id = self.intern(new);
+        if self.contains(new_id, earlier) {
+            self.patterns[earlier as usize].clone()
+        } else {
+            new.clone()
+        }
+    }
+
+    fn drop_prefix_len(&mut self, len: usize) {
+        if let Some(n) = self.prefix_lens.get_mut(&len) {
+            *n -= 1;
+            if *n == 0 {
+                self.prefix_lens.remove(&len);
+            }
+        }
+    }
+
+    /// Forgets every call for which `finished` answers `true`: they impose no more waiting.
+    /// Later calls get no edges to them, so an embedder that wants every historical edge keeps
+    /// the calls until its batch ends. Memory is then bounded by the calls still alive.
+    pub fn forget(&mut self, mut finished: impl FnMut(usize) -> bool) {
+        self.exact.retain(|_, s| {
+            s.readers.retain(|r| !finished(*r));
+            if s.last_writer.is_some_and(&mut finished) {
+                s.last_writer = None;
+            }
+            s.last_writer.is_some() || !s.readers.is_empty()
+        });
+        let exact = &self.exact;
+        self.exact_sorted.retain(|k| exact.contains_key(k));
+        let mut emptied = Vec::new();
+        for (p, b) in self.wild.iter_mut() {
+            b.reads.retain(|e| !finished(e.call));
+            b.writes.retain(|e| !finished(e.call));
+            if b.reads.is_empty() && b.writes.is_empty() {
+                emptied.push(p.clone());
+            }
+        }
+        for p in emptied {
+            self.wild.remove(&p);
+            self.drop_prefix_len(p.len());
+        }
+    }
+
+    /// Whether the index holds no state at all.
+    pub fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.wild.is_empty()
+    }
+}
+
+/// The reference builder: compares every pair of calls, and keeps every conflicting pair as an
+/// edge (no edge is left out). Quadratic; for tests and benchmarks.
+pub fn naive_edges(calls: &[Vec<Access>]) -> Vec<Edge> {
+    let mut edges = Vec::new();
+    for (j, later) in calls.iter().enumerate() {
+        for (i, earlier) in calls[..j].iter().enumerate() {
+            if let Some((resource, kind)) = first_conflict(earlier, later) {
+                edges.push(Edge {
+                    from: i,
+                    to: j,
+                    resource,
+                    kind,
+                });
+            }
+        }
+    }
+    edges
+}
+
+/// The first conflict between two calls' accesses, if any.
+pub fn first_conflict(earlier: &[Access], later: &[Access]) -> Option<(Pattern, EdgeKind)> {
+    for b in later {
+        for a in earlier {
+            if let Some(kind) = EdgeKind::between(a.mode(), b.mode()) {
+                if a.resource.overlaps(&b.resource) {
+                    return Some((b.resource.clone(), kind));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// A batch's conflict graph: nodes are calls by position, edges are [`Edge`]s.
+#[derive(Debug, Default)]
+pub struct ConflictGraph {
+    graph: StableDiGraph<usize, Edge>,
+    nodes: Vec<NodeIndex>,
+    index: ConflictIndex,
+    scratch: Vec<Edge>,
+}
+
+impl ConflictGraph {
+    /// An empty graph.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds the next call (position = number of calls added before) and returns its position.
+    pub fn add_call(&mut self, accesses: &[Access]) -> usize {
+        let pos = self.nodes.len();
+        let node = self.graph.add_node(pos);
+        self.nodes.push(node);
+        self.scratch.clear();
+        self.index.insert(pos, accesses, &mut self.scratch);
+        for e in self.scratch.drain(..) {
+            self.graph.add_edge(self.nodes[e.from], node, e);
+        }
+        pos
+    }
+
+    /// Number of calls.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether no call was added.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The underlying petgraph graph (node weights are call positions).
+    pub fn graph(&self) -> &StableDiGraph<usize, Edge> {
+        &self.graph
+    }
+
+    /// All edges, ordered by target then source.
+    pub fn edges(&self) -> Vec<&Edge> {
+        let mut edges: Vec<&Edge> = self.graph.edge_weights().collect();
+        edges.sort_by_key(|e| (e.to, e.from));
+        edges
+    }
+
+    /// The positions of the calls `call` waits for directly, ascending.
+    pub fn predecessors(&self, call: usize) -> Vec<usize> {
+        let mut p: Vec<usize> = self
+            .graph
+            .edges_directed(self.nodes[call], Direction::Incoming)
+            .map(|e| e.weight().from)
+            .collect();
+        p.sort_unstable();
+        p
+    }
+
+    /// The positions of the calls that wait directly for `call`, ascending.
+    pub fn successors(&self, call: usize) -> Vec<usize> {
+        let mut s: Vec<usize> = self
+            .graph
+            .edges_directed(self.nodes[call], Direction::Outgoing)
+            .map(|e| e.weight().to)
+            .collect();
+        s.sort_unstable();
+        s
+    }
+
+    /// For each call, the number of calls on its longest chain of predecessors.
+    pub fn levels(&self) -> Vec<usize> {
+        let mut level = vec![0usize; self.nodes.len()];
+        // Edges always go from an earlier position to a later one: positions are a topological
+        // order.
+        for to in 0..self.nodes.len() {
+            for e in self
+                .graph
+                .edges_directed(self.nodes[to], Direction::Incoming)
+            {
+                level[to] = level[to].max(level[e.weight().from] + 1);
+            }
+        }
+        level
+    }
+
+    /// The calls grouped by level: `waves()[k]` holds the calls whose longest chain of
+    /// predecessors has `k` calls. Informative only: execution never waits for a wave.
+    pub fn waves(&self) -> Vec<Vec<usize>> {
+        let levels = self.levels();
+        let depth = levels.iter().max().map_or(0, |m| m + 1);
+        let mut waves = vec![Vec::new(); depth];
+        for (call, l) in levels.into_iter().enumerate() {
+            waves[l].push(call);
+        }
+        waves
+    }
+
+    /// A longest chain of calls (by count), first to last; the earliest such chain.
+    pub fn critical_path(&self) -> Vec<usize> {
+        let levels = self.levels();
+        let Some(mut at) = (0..levels.len()).max_by_key(|i| (levels[*i], std::cmp::Reverse(*i)))
+        else {
+            return Vec::new();
+        };
+        let mut path = vec![at];
+        while levels[at] > 0 {
+            let prev = self
+                .graph
+                .edges_directed(self.nodes[at], Direction::Incoming)
+                .map(|e| e.weight().from)
+                .filter(|p| levels[*p] + 1 == levels[at])
+                .min();
+            match prev {
+                Some(p) => {
+                    path.push(p);
+                    at = p;
+                }
+                None => break,
+            }
+        }
+        path.reverse();
+        path
+    }
+}

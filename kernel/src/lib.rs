@@ -1,0 +1,38 @@
+//! The Sluice kernel: from a batch of tool calls to results, in the right order, authorized and
+//! recorded.
+//!
+//! ```text
+//!  manifest ──► access ──► pattern ──► graph ──► scheduler ──► dispatch ──► transport
+//!  (what a      (what a    (which      (who      (start each    (resolve,     (native
+//!   tool         call       resources   waits     call when     validate,     handlers,
+//!   declares)    touches)   overlap)    for whom) it may)       authorize,    HTTP, MCP)
+//!                                                                invoke, record)
+//! ```
+//!
+//! Each stage lives in the module named after it. The kernel depends on no policy engine and no
+//! log: it defines the traits they implement.
+//!
+//! ```
+//! use sluice_kernel::{access::{AccessPlan, Normalizers}, graph::ConflictGraph, manifest::Manifest};
+//! use serde_json::json;
+//!
+//! let put = Manifest::from_value(json!({
+//!     "id": "kv.put", "description": "Put", "version": "1.0.0",
+//!     "input": {"type": "object"}, "output": {"type": "object"},
+//!     "effects": [{"kind": "writes", "resource": "kv:{key}"}]
+//! })).unwrap();
+//! let plan = AccessPlan::compile(&put).unwrap();
+//! let norm = Normalizers::default();
+//! let mut graph = ConflictGraph::new();
+//! for key in ["a", "b", "a"] {
+//!     graph.add_call(&plan.accesses(&json!({"key": key}), &norm));
+//! }
+//! // The two writes of `kv:a` are ordered; the write of `kv:b` runs beside them.
+//! assert_eq!(graph.waves(), vec![vec![0, 1], vec![2]]);
+//! ```
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+pub mod access;
+pub mod graph;
+pub mod manifest;
+pub mod pattern;

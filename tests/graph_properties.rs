@@ -1,0 +1,129 @@
+//! Property tests of the conflict graph: for random tools, inputs and batches,
+//! - safety: every conflicting pair is joined by a path in submission order;
+//! - no false waits: every edge joins a truly conflicting pair, with a kind and resource that
+//!   one of its conflicting access pairs gives;
+//! - the incremental builder reaches exactly what the naive all-pairs builder reaches;
+//! - templating keeps input values literal.
+//!
+//! Case counts follow proptest's default (256) unless `PROPTEST_CASES` says otherwise.
+
+mod support;
+
+use proptest::prelude::*;
+use serde_json::json;
+use sluice_kernel::access::{Access, AccessPlan, Normalizers};
+use sluice_kernel::graph::{naive_edges, ConflictGraph, ConflictIndex, Edge, EdgeKind};
+use sluice_kernel::manifest::{EffectKind, Manifest};
+use sluice_kernel::pattern::Pattern;
+
+/// Resources over a small space so that collisions are frequent: exact keys, prefixes, general
+/// wildcards and the universal pattern.
+fn resource() -> impl Strategy<Value = Pattern> {
+    prop_oneof![
+        6 => "kv:[abc]{1,2}",
+        2 => "kv:[abc]?\\*",
+        1 => "kv:[ab?*]{1,3}",
+        1 => "(fs|kv):\\*",
+        1 => Just("*".to_string()),
+        1 => "[kv:ab*?]{0,4}",
+    ]
+    .prop_map(|s| Pattern::parse(&s).unwrap())
+}
+
+fn access() -> impl Strategy<Value = Access> {
+    (prop::sample::select(EffectKind::ALL.to_vec()), resource())
+        .prop_map(|(kind, r)| Access::new(kind, r))
+}
+
+fn batch() -> impl Strategy<Value = Vec<Vec<Access>>> {
+    prop::collection::vec(prop::collection::vec(access(), 0..4), 0..24)
+}
+
+fn check_graph(calls: &[Vec<Access>], edges: &[Edge]) -> Result<(), TestCaseError> {
+    let n = calls.len();
+    let reach = support::reachability(n, edges.iter().map(|e| (e.from, e.to)));
+    let naive = naive_edges(calls);
+    for e in edges {
+        prop_assert!(e.from < e.to, "edge {:?} goes backwards", (e.from, e.to));
+        // The edge's kind and resource come from a real conflicting access pair.
+        let justified = calls[e.from].iter().any(|a| {
+            calls[e.to].iter().any(|b| {
+                EdgeKind::between(a.mode(), b.mode()) == Some(e.kind)
+                    && a.resource.overlaps(&b.resource)
+                    && e.resource.overlaps(&a.resource)
+                    && e.resource.overlaps(&b.resource)
+            })
+        });
+        prop_assert!(justified, "edge {} -> {} ({} {}) is a false wait", e.from, e.to, e.kind, e.resource);
+    }
+    for e in &naive {
+        prop_assert!(reach[e.from][e.to], "conflicting pair {} -> {} is not ordered", e.from, e.to);
+    }
+    // Exactly the naive builder's reachability.
+    let naive_reach = support::reachability(n, naive.iter().map(|e| (e.from, e.to)));
+    prop_assert_eq!(reach, naive_reach);
+    Ok(())
+}
+
+proptest! {
+    #[test]
+    fn incremental_graph_is_safe_and_exact(calls in batch()) {
+        let mut graph = ConflictGraph::new();
+        for c in &calls {
+            graph.add_call(c);
+        }
+        let edges: Vec<Edge> = graph.edges().into_iter().cloned().collect();
+        check_graph(&calls, &edges)?;
+        // Levels: a call is one past its deepest predecessor.
+        let levels = graph.levels();
+        for e in &edges {
+            prop_assert!(levels[e.to] > levels[e.from]);
+        }
+        let path = graph.critical_path();
+        prop_assert_eq!(path.len(), levels.iter().max().map_or(0, |m| m + 1));
+    }
+
+    #[test]
+    fn forgetting_finished_calls_keeps_the_order_among_live_ones(
+        calls in batch(), cut in 0usize..24
+    ) {
+        // Calls before `cut` finish and are forgotten; the rest must still be ordered among
+        // themselves exactly as without forgetting.
+        let cut = cut.min(calls.len());
+        let mut index = ConflictIndex::new();
+        let mut edges = Vec::new();
+        for (i, c) in calls[..cut].iter().enumerate() {
+            index.insert(i, c, &mut edges);
+        }
+        index.forget(|c| c < cut);
+        let mut live_edges = Vec::new();
+        for (i, c) in calls.iter().enumerate().skip(cut) {
+            index.insert(i, c, &mut live_edges);
+        }
+        for e in &live_edges {
+            prop_assert!(e.from >= cut, "edge to a forgotten call {}", e.from);
+        }
+        let shifted: Vec<Edge> = live_edges
+            .into_iter()
+            .map(|mut e| { e.from -= cut; e.to -= cut; e })
+            .collect();
+        check_graph(&calls[cut..], &shifted)?;
+    }
+
+    #[test]
+    fn input_values_never_widen_an_access(key in "[a-z*?\\\\{}/.]{0,8}") {
+        let m = Manifest::from_value(json!({
+            "id": "t.put", "description": "d", "version": "1.0.0",
+            "input": {"type": "object"}, "output": {"type": "object"},
+            "effects": [{"kind": "writes", "resource": "kv:{key}"},
+                        {"kind": "reads", "resource": "kv:{keys}"}]
+        })).unwrap();
+        let plan = AccessPlan::compile(&m).unwrap();
+        let accesses = plan.accesses(&json!({"key": key, "keys": [key]}), &Normalizers::default());
+        prop_assert_eq!(accesses.len(), 2);
+        let expected = format!("kv:{key}");
+        for a in &accesses {
+            prop_assert_eq!(a.resource.as_exact(), Some(expected.as_str()));
+        }
+    }
+}

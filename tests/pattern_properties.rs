@@ -1,0 +1,109 @@
+//! Property tests: resource patterns against a brute-force oracle, and every fast path against
+//! the general routines.
+//!
+//! The alphabet is small (`a`, `b`, and `z` standing for "any other character") so that every
+//! string up to the length any witness needs can be enumerated. Case counts follow proptest's
+//! default (256) unless `PROPTEST_CASES` says otherwise.
+
+use proptest::prelude::*;
+use sluice_kernel::pattern::{general, Pattern, Token};
+
+/// Patterns of up to 3 tokens over {a, b, ?, *}.
+fn small_pattern() -> impl Strategy<Value = Pattern> {
+    prop::collection::vec(
+        prop_oneof![
+            Just(Token::Lit('a')),
+            Just(Token::Lit('b')),
+            Just(Token::One),
+            Just(Token::Star),
+        ],
+        0..=3,
+    )
+    .prop_map(Pattern::from_tokens)
+}
+
+/// Every string over {a, b, z} of length 0..=6: long enough to witness any overlap or
+/// non-containment of two 3-token patterns.
+fn all_strings() -> Vec<String> {
+    let mut out = vec![String::new()];
+    let mut frontier = vec![String::new()];
+    for _ in 0..6 {
+        let mut next = Vec::new();
+        for s in &frontier {
+            for c in ['a', 'b', 'z'] {
+                next.push(format!("{s}{c}"));
+            }
+        }
+        out.extend(next.iter().cloned());
+        frontier = next;
+    }
+    out
+}
+
+fn oracle_overlaps(a: &Pattern, b: &Pattern, strings: &[String]) -> bool {
+    strings.iter().any(|s| a.matches(s) && b.matches(s))
+}
+
+fn oracle_contains(a: &Pattern, b: &Pattern, strings: &[String]) -> bool {
+    strings.iter().all(|s| !b.matches(s) || a.matches(s))
+}
+
+/// A reference matcher: plain recursion over tokens, no cleverness.
+fn reference_matches(t: &[Token], s: &[char]) -> bool {
+    match t.split_first() {
+        None => s.is_empty(),
+        Some((Token::Star, rest)) => (0..=s.len()).any(|k| reference_matches(rest, &s[k..])),
+        Some((Token::One, rest)) => !s.is_empty() && reference_matches(rest, &s[1..]),
+        Some((Token::Lit(c), rest)) => s.first() == Some(c) && reference_matches(rest, &s[1..]),
+    }
+}
+
+proptest! {
+    #[test]
+    fn overlap_agrees_with_the_oracle(a in small_pattern(), b in small_pattern()) {
+        let strings = all_strings();
+        prop_assert_eq!(a.overlaps(&b), oracle_overlaps(&a, &b, &strings), "{} vs {}", a, b);
+        prop_assert_eq!(a.overlaps(&b), b.overlaps(&a));
+    }
+
+    #[test]
+    fn containment_agrees_with_the_oracle(a in small_pattern(), b in small_pattern()) {
+        let strings = all_strings();
+        prop_assert_eq!(a.contains(&b), oracle_contains(&a, &b, &strings), "{} contains {}", a, b);
+    }
+
+    #[test]
+    fn fast_paths_agree_with_the_general_routines(
+        a in small_pattern(), b in small_pattern(), s in "[abz]{0,6}"
+    ) {
+        prop_assert_eq!(a.overlaps(&b), general::overlaps(a.tokens(), b.tokens()));
+        prop_assert_eq!(a.contains(&b), general::contains(a.tokens(), b.tokens()));
+        prop_assert_eq!(a.matches(&s), general::matches(a.tokens(), &s));
+        let chars: Vec<char> = s.chars().collect();
+        prop_assert_eq!(a.matches(&s), reference_matches(a.tokens(), &chars));
+    }
+
+    #[test]
+    fn text_round_trips(a in small_pattern()) {
+        prop_assert_eq!(Pattern::parse(&a.to_text()).unwrap(), a);
+    }
+
+    #[test]
+    fn unicode_and_escapes_match_literally(s in "[a*?\\\\{}é/:]{0,8}") {
+        let p = Pattern::literal(&s);
+        prop_assert!(p.is_exact());
+        prop_assert!(p.matches(&s));
+        prop_assert_eq!(Pattern::parse(&sluice_kernel::pattern::escape(&s)).unwrap(), p);
+    }
+}
+
+#[test]
+fn longer_patterns_use_the_general_routines_correctly() {
+    // Beyond the proptest alphabet: separators, several stars, a question mark in a segment.
+    let p = |s: &str| Pattern::parse(s).unwrap();
+    assert!(p("fs:/repo/*/mod.rs").overlaps(&p("fs:/repo/src/*")));
+    assert!(!p("fs:/repo/*.rs").overlaps(&p("fs:/repo/*.md")));
+    assert!(p("fs:/repo/*").contains(&p("fs:/repo/src/*.rs")));
+    assert!(!p("fs:/repo/src/*.rs").contains(&p("fs:/repo/*")));
+    assert!(p("kv:user?/*").overlaps(&p("kv:*/42")));
+}

@@ -54,10 +54,22 @@ fn check_graph(calls: &[Vec<Access>], edges: &[Edge]) -> Result<(), TestCaseErro
                     && e.resource.overlaps(&b.resource)
             })
         });
-        prop_assert!(justified, "edge {} -> {} ({} {}) is a false wait", e.from, e.to, e.kind, e.resource);
+        prop_assert!(
+            justified,
+            "edge {} -> {} ({} {}) is a false wait",
+            e.from,
+            e.to,
+            e.kind,
+            e.resource
+        );
     }
     for e in &naive {
-        prop_assert!(reach[e.from][e.to], "conflicting pair {} -> {} is not ordered", e.from, e.to);
+        prop_assert!(
+            reach[e.from][e.to],
+            "conflicting pair {} -> {} is not ordered",
+            e.from,
+            e.to
+        );
     }
     // Exactly the naive builder's reachability.
     let naive_reach = support::reachability(n, naive.iter().map(|e| (e.from, e.to)));

@@ -196,7 +196,10 @@ impl ResourceTemplate {
             return vec![self.render(&[], &[])];
         }
         let mut values: Vec<Binding> = names.iter().map(|n| bind(input.get(*n))).collect();
-        if values.iter().any(|b| matches!(b, Binding::Many(v) if v.is_empty())) {
+        if values
+            .iter()
+            .any(|b| matches!(b, Binding::Many(v) if v.is_empty()))
+        {
             return Vec::new();
         }
         let combos = values.iter().try_fold(1usize, |acc, b| match b {
@@ -519,7 +522,10 @@ mod tests {
 
     #[test]
     fn arrays_expand_and_repeat_consistently() {
-        assert_eq!(texts("kv:{k}", json!({"k": ["a", "b"]})), vec!["kv:a", "kv:b"]);
+        assert_eq!(
+            texts("kv:{k}", json!({"k": ["a", "b"]})),
+            vec!["kv:a", "kv:b"]
+        );
         assert_eq!(texts("kv:{k}", json!({"k": []})), Vec::<String>::new());
         assert_eq!(
             texts("{a}/{b}/{a}", json!({"a": ["x", "y"], "b": ["1", "2"]})),

@@ -239,7 +239,8 @@ impl ConflictIndex {
             }
             if self.pending.len() == 15 {
                 self.pending_from.clear();
-                self.pending_from.extend(self.pending.iter().map(|e| e.from));
+                self.pending_from
+                    .extend(self.pending.iter().map(|e| e.from));
                 self.pending_from.insert(from);
             }
         } else if !self.pending_from.insert(from) {
@@ -382,10 +383,10 @@ impl ConflictIndex {
 
         // 1. Exact resources this pattern matches.
         self.scratch_keys.clear();
-        for k in self
-            .exact_sorted
-            .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
-        {
+        for k in self.exact_sorted.range::<str, _>((
+            std::ops::Bound::Included(prefix),
+            std::ops::Bound::Unbounded,
+        )) {
             if !k.starts_with(prefix) {
                 break;
             }
@@ -428,10 +429,10 @@ impl ConflictIndex {
         self.prefixes_of(prefix, false);
         let mut buckets = std::mem::take(&mut self.scratch_prefixes);
         let shorter = buckets.len();
-        for (p, _) in self
-            .wild
-            .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
-        {
+        for (p, _) in self.wild.range::<str, _>((
+            std::ops::Bound::Included(prefix),
+            std::ops::Bound::Unbounded,
+        )) {
             if !p.starts_with(prefix) {
                 break;
             }

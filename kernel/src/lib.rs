@@ -30,9 +30,24 @@
 //! // The two writes of `kv:a` are ordered; the write of `kv:b` runs beside them.
 //! assert_eq!(graph.waves(), vec![vec![0, 1], vec![2]]);
 //! ```
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 pub mod access;
+pub mod batch;
+pub mod builtin;
+pub mod context;
+pub mod error;
 pub mod graph;
+pub mod load;
 pub mod manifest;
 pub mod pattern;
+pub mod plan;
+pub mod registry;
+pub mod template;
+pub mod tool;
+pub mod validate;
+
+pub use error::{Error, Result};

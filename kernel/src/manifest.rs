@@ -9,6 +9,7 @@
 //! Shape only: the rules beyond the schema (URL templates, resource templates, transport
 //! coherence, lints) live in [`crate::validate`].
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::num::NonZeroU64;
 
@@ -33,40 +34,88 @@ pub struct Manifest {
     /// JSON Schema of the output.
     pub output: JsonObject,
     /// Named context slots the runtime injects.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some_objects",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub needs: Option<Vec<Need>>,
     /// Declared side effects: what the kernel schedules and authorizes on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some_objects",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub effects: Option<Vec<Effect>>,
     /// Transport hint (absent means [`Transport::Auto`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub transport: Option<Transport>,
     /// The MCP endpoint, for tools carried out by an MCP server.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub mcp_endpoint: Option<McpEndpoint>,
     /// Free-form annotations; not interpreted by the kernel.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub metadata: Option<JsonObject>,
     /// Isolation posture the runtime enforces around the handler.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub sandbox: Option<Sandbox>,
     /// Whether the tool causes observable side effects (absent means `true`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub mutating: Option<bool>,
     /// Resource caps enforced at dispatch.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some_object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub limits: Option<Limits>,
     /// Network egress policy (absent means unrestricted).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some_object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub network: Option<NetworkPolicy>,
     /// Typed, discriminated needs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some_object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub needs_spec: Option<NeedsSpec>,
     /// Pointer to an imperative handler artifact.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some_object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub code_artifact_ref: Option<CodeArtifactRef>,
     /// Declarative handler spec.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some_object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub spec: Option<ToolSpec>,
 }
 
@@ -74,6 +123,11 @@ impl Manifest {
     /// Parses one manifest from a JSON value, refusing unknown fields and every shape the
     /// schema refuses.
     pub fn from_value(value: Value) -> Result<Self, serde_json::Error> {
+        if !value.is_object() {
+            return Err(serde::de::Error::custom(format!(
+                "a manifest is a JSON object, found {value}"
+            )));
+        }
         serde_json::from_value(value)
     }
 
@@ -95,7 +149,9 @@ impl Manifest {
 
     /// Whether the tool declares at least one changing effect.
     pub fn declares_changing_effect(&self) -> bool {
-        self.effects().iter().any(|e| e.kind.mode() == AccessMode::Write)
+        self.effects()
+            .iter()
+            .any(|e| e.kind.mode() == AccessMode::Write)
     }
 
     /// A tool is read-only when `mutating` is `false` and it declares no changing effect.
@@ -112,6 +168,51 @@ impl Manifest {
     pub fn sandbox(&self) -> Sandbox {
         self.sandbox.unwrap_or(Sandbox::None)
     }
+}
+
+/// Deserializes an optional field that, when present, must hold a value: `null` is refused,
+/// as the schema refuses it (serde's `Option` would read it as absent).
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
+/// Deserializes a struct-typed value, refusing anything but a JSON object (serde's derive would
+/// also read a struct from an array, which the schema refuses).
+fn object<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned>(d: D) -> Result<T, D::Error> {
+    let v = Value::deserialize(d)?;
+    if !v.is_object() {
+        return Err(serde::de::Error::custom(format!(
+            "expected an object, found {v}"
+        )));
+    }
+    serde_json::from_value(v).map_err(serde::de::Error::custom)
+}
+
+/// [`object`] for an optional field (absent is `None`, `null` is refused).
+fn some_object<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    object(d).map(Some)
+}
+
+/// An optional array of struct-typed values, each of which must be a JSON object.
+fn some_objects<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned>(
+    d: D,
+) -> Result<Option<Vec<T>>, D::Error> {
+    let items = Vec::<Value>::deserialize(d)?;
+    items
+        .into_iter()
+        .map(|v| {
+            if v.is_object() {
+                serde_json::from_value(v).map_err(serde::de::Error::custom)
+            } else {
+                Err(serde::de::Error::custom(format!(
+                    "expected an object, found {v}"
+                )))
+            }
+        })
+        .collect::<Result<Vec<T>, D::Error>>()
+        .map(Some)
 }
 
 /// A string of at least one character.
@@ -275,7 +376,11 @@ pub struct Need {
     /// The slot's name.
     pub name: NonEmptyString,
     /// Whether the tool can run without it (absent means `false`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub optional: Option<bool>,
 }
 
@@ -293,10 +398,18 @@ pub struct Effect {
     /// What the tool does to the resource.
     pub kind: EffectKind,
     /// The resource template (absent means every resource, `*`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub resource: Option<String>,
     /// Free text for people.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub notes: Option<String>,
 }
 
@@ -450,19 +563,39 @@ pub enum NetworkPolicy {
 #[serde(deny_unknown_fields)]
 pub struct NeedsSpec {
     /// Environment values: name -> JSON Schema of the (string) value.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub env: Option<Map<String, Value>>,
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub env: Option<BTreeMap<String, JsonObject>>,
     /// Secrets: name -> JSON Schema of the (string) value.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub secrets: Option<Map<String, Value>>,
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub secrets: Option<BTreeMap<String, JsonObject>>,
     /// Reserved configuration: name -> JSON Schema.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub config: Option<Map<String, Value>>,
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub config: Option<BTreeMap<String, JsonObject>>,
     /// Capabilities the tool needs granted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub capabilities: Option<Vec<NonEmptyString>>,
     /// Bindings the tool needs granted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub bindings: Option<Vec<NonEmptyString>>,
 }
 
@@ -505,22 +638,46 @@ pub struct HttpToolSpec {
     /// URL with `{param}` placeholders filled from the input.
     pub url_template: NonEmptyString,
     /// Extra request headers (values may hold placeholders).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some_objects",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub headers: Option<Vec<HttpHeaderSpec>>,
     /// How the request is authorized.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some_object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub authorization: Option<HttpAuthSpec>,
     /// How the request body is made.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some_object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub request_body: Option<HttpRequestBodySpec>,
     /// Wall-clock timeout in ms (default 30,000).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub timeout_ms: Option<PositiveInt>,
     /// Parse the response body as JSON (default `true`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub parse_json: Option<bool>,
     /// The status range that means success (default 200..=299).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "some_object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub success_status: Option<StatusRange>,
 }
 
@@ -568,6 +725,7 @@ pub enum HttpAuthSpec {
     #[serde(rename_all = "camelCase")]
     Bearer {
         /// The secret.
+        #[serde(deserialize_with = "object")]
         secret_ref: ToolSecretRef,
     },
     /// `<headerName>: <secret>`.
@@ -576,6 +734,7 @@ pub enum HttpAuthSpec {
         /// The header that carries the secret.
         header_name: NonEmptyString,
         /// The secret.
+        #[serde(deserialize_with = "object")]
         secret_ref: ToolSecretRef,
     },
 }
@@ -633,7 +792,9 @@ impl<'de> Deserialize<'de> for StatusCode {
         u16::try_from(n)
             .ok()
             .and_then(StatusCode::new)
-            .ok_or_else(|| serde::de::Error::custom(format!("{n} is not a status code in 100..599")))
+            .ok_or_else(|| {
+                serde::de::Error::custom(format!("{n} is not a status code in 100..599"))
+            })
     }
 }
 
@@ -710,7 +871,9 @@ impl McpEndpoint {
         Some(match split_command_line(command) {
             Ok(argv) if argv.is_empty() => Err(ShapeError("the command line is blank".into())),
             Ok(argv) => Ok(argv),
-            Err(why) => Err(ShapeError(format!("the command line cannot be split: {why}"))),
+            Err(why) => Err(ShapeError(format!(
+                "the command line cannot be split: {why}"
+            ))),
         })
     }
 
@@ -845,7 +1008,11 @@ mod tests {
         assert!(McpEndpoint::parse("mcp+stdio://").is_err());
         let e = McpEndpoint::parse("mcp+stdio://npx -y 'a b'").unwrap();
         assert_eq!(e.argv().unwrap().unwrap(), vec!["npx", "-y", "a b"]);
-        assert!(McpEndpoint::parse("mcp+stdio://'x").unwrap().argv().unwrap().is_err());
+        assert!(McpEndpoint::parse("mcp+stdio://'x")
+            .unwrap()
+            .argv()
+            .unwrap()
+            .is_err());
     }
 
     #[test]

@@ -99,7 +99,6 @@ struct Inner {
     strategy: Strategy,
 }
 
-
 /// Why a pattern's text could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PatternError {
@@ -233,7 +232,8 @@ impl Pattern {
             (Exact, _) => other.matches(&self.0.prefix),
             (_, Exact) => self.matches(&other.0.prefix),
             (Prefix, Prefix) => {
-                self.0.prefix.starts_with(&*other.0.prefix) || other.0.prefix.starts_with(&*self.0.prefix)
+                self.0.prefix.starts_with(&*other.0.prefix)
+                    || other.0.prefix.starts_with(&*self.0.prefix)
             }
             _ => {
                 // A cheap refusal first: the literal prefixes must agree as far as both go.

@@ -1,5 +1,5 @@
 //! Helpers shared by the integration tests.
-#![allow(dead_code)]
+#![allow(dead_code, unreachable_pub)]
 
 /// The transitive closure of a DAG whose edges go from lower to higher positions:
 /// `reach[i][j]` is true when a path leads from `i` to `j`.
@@ -21,4 +21,82 @@ pub fn reachability(n: usize, edges: impl IntoIterator<Item = (usize, usize)>) -
         }
     }
     reach
+}
+
+/// The path of a file under tests/fixtures.
+pub fn fixture(rel: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(rel)
+}
+
+/// Reads a JSON file, panicking with its path on failure (tests only).
+pub fn read_json(path: &std::path::Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The result of running the `sluice` binary.
+#[derive(Debug)]
+pub struct Run {
+    /// Exit code.
+    pub code: i32,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+impl Run {
+    /// Standard output parsed as JSON (panics with the output on failure; tests only).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}):\n{}\n{}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+}
+
+/// Runs `sluice` with `args`, feeding `stdin` (if any), in `dir` (if any).
+pub fn sluice(args: &[&str], stdin: Option<&str>, dir: Option<&std::path::Path>) -> Run {
+    use std::io::Write;
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
+    cmd.args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    if let Some(d) = dir {
+        cmd.current_dir(d);
+    }
+    let mut child = cmd.spawn().expect("the sluice binary starts");
+    {
+        let mut input = child.stdin.take().expect("stdin is piped");
+        if let Some(s) = stdin {
+            input
+                .write_all(s.as_bytes())
+                .expect("stdin takes the input");
+        }
+    }
+    let out = child.wait_with_output().expect("sluice finishes");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A fresh temporary directory under target/ (removed by the caller if it wishes).
+pub fn temp_dir(name: &str) -> std::path::PathBuf {
+    let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "{name}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    std::fs::create_dir_all(&d).expect("the temporary directory is created");
+    d
 }

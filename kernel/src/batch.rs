@@ -1,0 +1,150 @@
+//! Batches and calls: what goes in, and what comes out.
+//!
+//! Takes in: a batch document (`{"tenant": "acme", "calls": [{"id", "tool", "input"}, ...]}`) or
+//! calls built in code. Hands on: a [`Batch`] whose call ids are unique, in submission order.
+//! Malformed documents are refused whole with the JSON pointer of the problem.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+
+/// One tool call, as the model emitted it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Call {
+    /// The call id (unique within its batch).
+    pub id: String,
+    /// The tool id.
+    pub tool: String,
+    /// The input (a JSON object for every well-formed call).
+    pub input: Value,
+}
+
+impl Call {
+    /// Builds a call.
+    pub fn new(id: impl Into<String>, tool: impl Into<String>, input: Value) -> Self {
+        Call {
+            id: id.into(),
+            tool: tool.into(),
+            input,
+        }
+    }
+}
+
+/// The tenant a batch runs for when the document names none.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// A batch: one tenant, calls in submission order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Batch {
+    /// The tenant the calls run for.
+    pub tenant: String,
+    /// The calls, in the order the model emitted them.
+    pub calls: Vec<Call>,
+}
+
+impl Batch {
+    /// Builds a batch, refusing duplicate call ids.
+    pub fn new(tenant: impl Into<String>, calls: Vec<Call>) -> Result<Self> {
+        let batch = Batch {
+            tenant: tenant.into(),
+            calls,
+        };
+        batch.check_ids()?;
+        Ok(batch)
+    }
+
+    /// Parses a batch document. `tenant` defaults to [`DEFAULT_TENANT`]; a call without `input`
+    /// gets `{}`. Unknown keys, wrong types, empty ids and duplicate ids are errors naming their
+    /// JSON pointer.
+    ///
+    /// ```
+    /// use sluice_kernel::batch::Batch;
+    /// let b = Batch::from_value(&serde_json::json!({
+    ///     "tenant": "acme", "calls": [{"id": "c1", "tool": "sluice.echo", "input": {}}]
+    /// })).unwrap();
+    /// assert_eq!(b.calls[0].id, "c1");
+    /// let err = Batch::from_value(&serde_json::json!({"calls": [{"id": "c1"}]})).unwrap_err();
+    /// assert!(err.to_string().contains("/calls/0/tool"));
+    /// ```
+    pub fn from_value(doc: &Value) -> Result<Self> {
+        let malformed = |pointer: &str, message: &str| Error::MalformedBatch {
+            pointer: pointer.to_owned(),
+            message: message.to_owned(),
+        };
+        let Value::Object(top) = doc else {
+            return Err(malformed(
+                "",
+                "a batch is a JSON object with `tenant` and `calls`",
+            ));
+        };
+        for key in top.keys() {
+            if key != "tenant" && key != "calls" {
+                return Err(malformed(
+                    &format!("/{}", crate::validate::escape_pointer(key)),
+                    &format!("unknown field `{key}` (a batch has `tenant` and `calls`)"),
+                ));
+            }
+        }
+        let tenant = match top.get("tenant") {
+            None => DEFAULT_TENANT.to_owned(),
+            Some(Value::String(t)) if !t.is_empty() => t.clone(),
+            Some(_) => {
+                return Err(malformed(
+                    "/tenant",
+                    "the tenant must be a non-empty string",
+                ))
+            }
+        };
+        let Some(Value::Array(items)) = top.get("calls") else {
+            return Err(malformed("/calls", "`calls` must be an array of calls"));
+        };
+        let mut calls = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let at = format!("/calls/{i}");
+            let Value::Object(obj) = item else {
+                return Err(malformed(
+                    &at,
+                    "a call is an object with `id`, `tool` and `input`",
+                ));
+            };
+            for key in obj.keys() {
+                if !matches!(key.as_str(), "id" | "tool" | "input") {
+                    return Err(malformed(
+                        &format!("{at}/{}", crate::validate::escape_pointer(key)),
+                        &format!("unknown field `{key}` (a call has `id`, `tool` and `input`)"),
+                    ));
+                }
+            }
+            let string = |field: &str| match obj.get(field) {
+                Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+                _ => Err(malformed(
+                    &format!("{at}/{field}"),
+                    &format!("the call's `{field}` must be a non-empty string"),
+                )),
+            };
+            let id = string("id")?;
+            let tool = string("tool")?;
+            let input = obj
+                .get("input")
+                .cloned()
+                .unwrap_or_else(|| Value::Object(Default::default()));
+            calls.push(Call { id, tool, input });
+        }
+        Batch::new(tenant, calls)
+    }
+
+    fn check_ids(&self) -> Result<()> {
+        let mut seen = std::collections::HashMap::with_capacity(self.calls.len());
+        for (i, c) in self.calls.iter().enumerate() {
+            if let Some(first) = seen.insert(c.id.as_str(), i) {
+                return Err(Error::DuplicateCallId {
+                    id: c.id.clone(),
+                    first,
+                    second: i,
+                });
+            }
+        }
+        Ok(())
+    }
+}

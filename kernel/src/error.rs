@@ -1,0 +1,80 @@
+//! The kernel's error type: failures that are the *embedder's* to handle (a file that cannot be
+//! read, a manifest that cannot be registered, a batch that cannot run). A call that fails is not
+//! an error here: it is a result with a status, for the model to read (see [`crate::batch`]).
+
+use std::path::PathBuf;
+
+use crate::validate::Diagnostic;
+
+/// Everything that can go wrong in the kernel outside a call's own result.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A file or directory could not be read.
+    #[error("cannot read `{path}`")]
+    Unreadable {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A file is not JSON.
+    #[error("`{path}` is not JSON: {message}")]
+    NotJson {
+        /// The path.
+        path: PathBuf,
+        /// Line of the syntax error (1-based).
+        line: usize,
+        /// Column of the syntax error (1-based).
+        column: usize,
+        /// What the parser said.
+        message: String,
+    },
+    /// A manifest failed validation.
+    #[error("the manifest at {source_name} is invalid: {}", render(.errors))]
+    InvalidManifest {
+        /// Where it came from (`file`, `file#/2`, or `built-in`).
+        source_name: String,
+        /// The errors, with JSON pointers relative to the manifest's source.
+        errors: Vec<Diagnostic>,
+    },
+    /// Two manifests declare the same tool id.
+    #[error("the tool id `{id}` is defined twice: at {first} and at {second}")]
+    DuplicateTool {
+        /// The id.
+        id: String,
+        /// Where it was first defined.
+        first: String,
+        /// Where it was defined again.
+        second: String,
+    },
+    /// A batch document is malformed.
+    #[error("the batch is malformed at `{pointer}`: {message}")]
+    MalformedBatch {
+        /// JSON pointer into the batch document.
+        pointer: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Two calls of one batch share an id.
+    #[error("the call id `{id}` is used twice in the batch (at /calls/{first}/id and /calls/{second}/id)")]
+    DuplicateCallId {
+        /// The id.
+        id: String,
+        /// Position of the first call.
+        first: usize,
+        /// Position of the second.
+        second: usize,
+    },
+}
+
+fn render(errors: &[Diagnostic]) -> String {
+    errors
+        .iter()
+        .map(|d| format!("`{}`: {}", d.pointer, d.message))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The kernel's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,147 @@
+//! Planning: from a batch to its prepared calls and conflict graph, before anything runs.
+//!
+//! Takes in: a [`Batch`], the [`ToolRegistry`] and the [`Normalizers`]. Hands on: a [`Plan`] —
+//! each call resolved to its tool, its input checked against the tool's input schema, its
+//! accesses computed — and the batch's [`ConflictGraph`]. A call whose tool is unknown or whose
+//! input fails the schema is *rejected* (it will never run and has no access); the other calls are
+//! planned as usual. `sluice plan` refuses a batch with a rejected call; `sluice run` answers the
+//! rejected call alone.
+
+use std::sync::Arc;
+
+use crate::access::{Access, Normalizers};
+use crate::batch::{Batch, Call};
+use crate::graph::ConflictGraph;
+use crate::registry::{Tool, ToolRegistry};
+use crate::validate::Diagnostic;
+
+/// Why a call cannot be run at all, found before it is scheduled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rejection {
+    /// No tool with the call's tool id is registered.
+    UnknownTool,
+    /// The input fails the tool's input schema at this pointer.
+    InvalidInput(Diagnostic),
+}
+
+impl Rejection {
+    /// The error code the call's result carries (`unknown-tool` or `invalid-input`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Rejection::UnknownTool => "unknown-tool",
+            Rejection::InvalidInput(_) => "invalid-input",
+        }
+    }
+
+    /// A message naming the call, the tool and (for invalid input) the JSON pointer.
+    pub fn message(&self, call: &Call) -> String {
+        match self {
+            Rejection::UnknownTool => {
+                format!("call `{}`: no tool `{}` is registered", call.id, call.tool)
+            }
+            Rejection::InvalidInput(d) => format!(
+                "call `{}`: the input of `{}` fails its schema at `{}`: {}",
+                call.id, call.tool, d.pointer, d.message
+            ),
+        }
+    }
+}
+
+/// A call resolved, checked and with its accesses computed.
+#[derive(Debug, Clone)]
+pub struct PreparedCall {
+    /// The call as submitted.
+    pub call: Call,
+    /// Its tool, when registered.
+    pub tool: Option<Arc<Tool>>,
+    /// Its accesses (empty for a rejected call).
+    pub accesses: Vec<Access>,
+    /// Why it cannot run, if it cannot.
+    pub rejection: Option<Rejection>,
+}
+
+impl PreparedCall {
+    /// Resolves, validates and computes the accesses of one call.
+    pub fn new(registry: &ToolRegistry, normalizers: &Normalizers, call: Call) -> Self {
+        let Some(tool) = registry.get(&call.tool).cloned() else {
+            return PreparedCall {
+                call,
+                tool: None,
+                accesses: Vec::new(),
+                rejection: Some(Rejection::UnknownTool),
+            };
+        };
+        if let Err(d) = tool.check_input(&call.input) {
+            return PreparedCall {
+                call,
+                tool: Some(tool),
+                accesses: Vec::new(),
+                rejection: Some(Rejection::InvalidInput(d)),
+            };
+        }
+        let accesses = tool.accesses(&call.input, normalizers);
+        PreparedCall {
+            call,
+            tool: Some(tool),
+            accesses,
+            rejection: None,
+        }
+    }
+
+    /// Whether the tool is read-only (false for an unknown tool).
+    pub fn is_read_only(&self) -> bool {
+        self.tool
+            .as_ref()
+            .is_some_and(|t| t.access_plan().is_read_only())
+    }
+}
+
+/// A planned batch.
+#[derive(Debug)]
+pub struct Plan {
+    /// The tenant.
+    pub tenant: String,
+    /// The calls, in submission order.
+    pub calls: Vec<PreparedCall>,
+    /// Their conflict graph (node `i` is `calls[i]`).
+    pub graph: ConflictGraph,
+}
+
+impl Plan {
+    /// Plans a batch.
+    ///
+    /// ```
+    /// use sluice_kernel::{access::Normalizers, batch::Batch, builtin, plan::Plan};
+    /// let registry = builtin::registry(builtin::BuiltinConfig::default()).unwrap();
+    /// let batch = Batch::from_value(&serde_json::json!({"tenant": "t", "calls": [
+    ///     {"id": "a", "tool": "sluice.kv.put", "input": {"key": "k", "value": 1}},
+    ///     {"id": "b", "tool": "sluice.kv.get", "input": {"key": "k"}}
+    /// ]})).unwrap();
+    /// let plan = Plan::new(&registry, &Normalizers::default(), batch);
+    /// assert_eq!(plan.graph.predecessors(1), vec![0]);
+    /// ```
+    pub fn new(registry: &ToolRegistry, normalizers: &Normalizers, batch: Batch) -> Self {
+        let mut graph = ConflictGraph::new();
+        let calls: Vec<PreparedCall> = batch
+            .calls
+            .into_iter()
+            .map(|c| {
+                let p = PreparedCall::new(registry, normalizers, c);
+                graph.add_call(&p.accesses);
+                p
+            })
+            .collect();
+        Plan {
+            tenant: batch.tenant,
+            calls,
+            graph,
+        }
+    }
+
+    /// The first rejected call, if any.
+    pub fn first_rejection(&self) -> Option<(&PreparedCall, &Rejection)> {
+        self.calls
+            .iter()
+            .find_map(|c| c.rejection.as_ref().map(|r| (c, r)))
+    }
+}

@@ -1,0 +1,242 @@
+//! Text templates with `{name}` placeholders: HTTP URL templates, header values and text bodies.
+//!
+//! Takes in: template text. Hands on: its literal and placeholder parts, and — for URL templates —
+//! the checks that keep an input from choosing where a request goes: the scheme is `http` or
+//! `https`, there is a host, and no placeholder sits in the scheme, userinfo, host or port.
+//! (Resource templates, whose literal text is a pattern with escapes, are parsed by
+//! [`crate::access::ResourceTemplate`].)
+
+use std::fmt;
+
+/// One piece of a text template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TextPart {
+    /// Literal text.
+    Lit(String),
+    /// `{name}`: name is ASCII letters, digits and `_`.
+    Var(String),
+}
+
+/// A parsed text template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TextTemplate {
+    parts: Vec<TextPart>,
+}
+
+/// What is wrong with a template, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateSyntaxError {
+    /// Byte offset of the problem.
+    pub offset: usize,
+    /// What is wrong, for a person.
+    pub message: String,
+}
+
+impl fmt::Display for TemplateSyntaxError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "at byte {}: {}", self.offset, self.message)
+    }
+}
+
+impl std::error::Error for TemplateSyntaxError {}
+
+impl TextTemplate {
+    /// Parses `{name}` placeholders; a `{` that does not open one, or a lone `}`, is an error.
+    pub fn parse(text: &str) -> Result<Self, TemplateSyntaxError> {
+        let mut parts = Vec::new();
+        let mut lit = String::new();
+        let mut it = text.char_indices();
+        while let Some((at, c)) = it.next() {
+            match c {
+                '{' => {
+                    let mut name = String::new();
+                    let mut closed = false;
+                    for (_, n) in it.by_ref() {
+                        if n == '}' {
+                            closed = true;
+                            break;
+                        }
+                        if !(n.is_ascii_alphanumeric() || n == '_') {
+                            return Err(TemplateSyntaxError {
+                                offset: at,
+                                message: format!(
+                                    "`{{` opens a placeholder whose name holds `{n}`: names are \
+                                     letters, digits and `_`"
+                                ),
+                            });
+                        }
+                        name.push(n);
+                    }
+                    if !closed {
+                        return Err(TemplateSyntaxError {
+                            offset: at,
+                            message: "a placeholder `{` is never closed".into(),
+                        });
+                    }
+                    if name.is_empty() {
+                        return Err(TemplateSyntaxError {
+                            offset: at,
+                            message: "`{}` names no input property".into(),
+                        });
+                    }
+                    if !lit.is_empty() {
+                        parts.push(TextPart::Lit(std::mem::take(&mut lit)));
+                    }
+                    parts.push(TextPart::Var(name));
+                }
+                '}' => {
+                    return Err(TemplateSyntaxError {
+                        offset: at,
+                        message: "a `}` closes no placeholder".into(),
+                    })
+                }
+                c => lit.push(c),
+            }
+        }
+        if !lit.is_empty() {
+            parts.push(TextPart::Lit(lit));
+        }
+        Ok(TextTemplate { parts })
+    }
+
+    /// The parts, in order.
+    pub fn parts(&self) -> &[TextPart] {
+        &self.parts
+    }
+
+    /// The distinct placeholder names, in order of first use.
+    pub fn placeholders(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = Vec::new();
+        for p in &self.parts {
+            if let TextPart::Var(n) = p {
+                if !names.contains(&n.as_str()) {
+                    names.push(n);
+                }
+            }
+        }
+        names
+    }
+}
+
+/// A URL template whose scheme, userinfo, host and port are fixed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UrlTemplate {
+    template: TextTemplate,
+    /// `http` or `https`, lowercase.
+    scheme: String,
+    /// The host as written (brackets kept for IPv6).
+    host: String,
+}
+
+impl UrlTemplate {
+    /// Parses and checks a URL template.
+    ///
+    /// ```
+    /// use sluice_kernel::template::UrlTemplate;
+    /// assert!(UrlTemplate::parse("https://api.example.com/users/{id}?q={q}").is_ok());
+    /// assert!(UrlTemplate::parse("https://{host}/x").is_err());
+    /// assert!(UrlTemplate::parse("ftp://example.com/").is_err());
+    /// ```
+    pub fn parse(text: &str) -> Result<Self, TemplateSyntaxError> {
+        let err = |offset: usize, message: &str| TemplateSyntaxError {
+            offset,
+            message: message.to_owned(),
+        };
+        let Some(sep) = text.find("://") else {
+            return Err(err(0, "is not an absolute http or https URL (no `://`)"));
+        };
+        let scheme = &text[..sep];
+        if scheme.contains('{') {
+            return Err(err(0, "a placeholder may not stand in the scheme"));
+        }
+        let scheme = scheme.to_ascii_lowercase();
+        if scheme != "http" && scheme != "https" {
+            return Err(err(
+                0,
+                &format!("the scheme `{scheme}` is not http or https"),
+            ));
+        }
+        let start = sep + 3;
+        let rest = &text[start..];
+        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let authority = &rest[..end];
+        let (userinfo, hostport) = match authority.rfind('@') {
+            Some(at) => (Some(&authority[..at]), &authority[at + 1..]),
+            None => (None, authority),
+        };
+        if userinfo.is_some_and(|u| u.contains(['{', '}'])) {
+            return Err(err(start, "a placeholder may not stand in the userinfo"));
+        }
+        let host_end = if hostport.starts_with('[') {
+            hostport.find(']').map(|i| i + 1).unwrap_or(hostport.len())
+        } else {
+            hostport.find(':').unwrap_or(hostport.len())
+        };
+        let (host, port) = (&hostport[..host_end], &hostport[host_end..]);
+        if host.contains(['{', '}']) {
+            return Err(err(start, "a placeholder may not stand in the host"));
+        }
+        if port.contains(['{', '}']) {
+            return Err(err(start, "a placeholder may not stand in the port"));
+        }
+        if host.is_empty() {
+            return Err(err(start, "the URL has no host"));
+        }
+        if let Some(p) = port.strip_prefix(':') {
+            if !p.is_empty()
+                && (p.parse::<u16>().is_err() || !p.bytes().all(|b| b.is_ascii_digit()))
+            {
+                return Err(err(
+                    start,
+                    &format!("the port `{p}` is not a number 0-65535"),
+                ));
+            }
+        }
+        let template = TextTemplate::parse(text)?;
+        Ok(UrlTemplate {
+            template,
+            scheme,
+            host: host.to_owned(),
+        })
+    }
+
+    /// The parsed template.
+    pub fn template(&self) -> &TextTemplate {
+        &self.template
+    }
+
+    /// `http` or `https`.
+    pub fn scheme(&self) -> &str {
+        &self.scheme
+    }
+
+    /// The host (IPv6 hosts keep their brackets).
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_rules() {
+        assert!(UrlTemplate::parse("http://127.0.0.1:8080/a/{b}").is_ok());
+        assert!(UrlTemplate::parse("http://[::1]:80/{b}").is_ok());
+        assert!(UrlTemplate::parse("{s}://x/").is_err());
+        assert!(UrlTemplate::parse("http://{u}@x/").is_err());
+        assert!(UrlTemplate::parse("http://x:{p}/").is_err());
+        assert!(UrlTemplate::parse("http:///path").is_err());
+        assert!(UrlTemplate::parse("http://x:99999/").is_err());
+        assert!(UrlTemplate::parse("http://x/{a b}").is_err());
+        assert!(UrlTemplate::parse("http://x/}").is_err());
+        assert_eq!(
+            UrlTemplate::parse("HTTPS://Example.com/{id}")
+                .unwrap()
+                .template()
+                .placeholders(),
+            vec!["id"]
+        );
+    }
+}

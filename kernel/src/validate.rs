@@ -1,0 +1,520 @@
+//! Judging manifests: the JSON Schema, then the rules beyond it, then lints.
+//!
+//! Takes in: a manifest as JSON. Hands on: a [`Report`] — errors and warnings, each with the JSON
+//! pointer of what it is about and a sentence a person understands — and, when there is no
+//! error, the parsed [`Manifest`].
+//!
+//! The stages:
+//! 1. **Shape**: the project's own schema, `kernel/schema/tool.schema.json` (Draft 2020-12,
+//!    written from tool-schema 1.1.0). The serde model in [`crate::manifest`] gives the same
+//!    verdict; a test holds them together on the fixture corpus.
+//! 2. **Rules beyond the schema** (errors): input and output schemas compile in their dialect
+//!    (Draft 2020-12, or what an MCP tool's `$schema` declares; no network fetch ever happens);
+//!    URL templates (http or https, a host, no placeholder in scheme, userinfo, host or port,
+//!    placeholders `{word}`); header values and text bodies well formed (no CR or LF in a
+//!    header); resource templates well formed; `transport: mcp` needs an `mcpEndpoint` whose
+//!    command line splits; `transport: native` and `transport: mcp` carry no `spec`; `spec` and
+//!    `codeArtifactRef` never together; `successStatus.min <= max`; env, secret and config
+//!    schemas compile.
+//! 3. **Lints** (warnings; some become errors under `production`): a tool that is not read-only
+//!    but declares no changing effect; `mutating: false` with a changing effect; a placeholder the
+//!    input schema does not declare; a `filesystem` codeArtifactRef (an error in production); an
+//!    artifactVersion not like `YYYYMMDD.N`; an empty allowlist; `network: none` on a tool that
+//!    declares network effects or is an HTTP tool.
+
+use std::sync::OnceLock;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::access::ResourceTemplate;
+use crate::manifest::{
+    AccessMode, CodeArtifactRef, HttpRequestBodySpec, Manifest, NetworkPolicy, ToolSpec, Transport,
+};
+use crate::template::{TextTemplate, UrlTemplate};
+
+/// The project's JSON Schema for Kindgi tool manifests, schema 1.1.0.
+pub const MANIFEST_SCHEMA: &str = include_str!("../schema/tool.schema.json");
+
+/// One finding: where (a JSON pointer into the manifest) and what (a sentence).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Diagnostic {
+    /// JSON pointer (RFC 6901) of the value the finding is about; `""` is the whole manifest.
+    pub pointer: String,
+    /// What is wrong, for a person.
+    pub message: String,
+}
+
+impl Diagnostic {
+    /// Builds a diagnostic.
+    pub fn new(pointer: impl Into<String>, message: impl Into<String>) -> Self {
+        Diagnostic {
+            pointer: pointer.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The verdict on one manifest.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// Findings that make the manifest invalid.
+    pub errors: Vec<Diagnostic>,
+    /// Findings that do not.
+    pub warnings: Vec<Diagnostic>,
+    /// The parsed manifest, when the shape is right (even if a rule failed).
+    pub manifest: Option<Manifest>,
+}
+
+impl Report {
+    /// Whether the manifest is valid (no error).
+    pub fn is_valid(&self) -> bool {
+        self.errors.is_empty()
+    }
+}
+
+/// Options for [`validate`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ValidateOptions {
+    /// Turn what production servers SHOULD refuse into errors (a `filesystem`
+    /// codeArtifactRef). Default: `false` (they are warnings).
+    pub production: bool,
+}
+
+fn manifest_schema() -> Option<&'static jsonschema::Validator> {
+    static SCHEMA: OnceLock<Option<jsonschema::Validator>> = OnceLock::new();
+    SCHEMA
+        .get_or_init(|| {
+            let schema: Value = serde_json::from_str(MANIFEST_SCHEMA).ok()?;
+            jsonschema::options()
+                .with_draft(jsonschema::Draft::Draft202012)
+                .build(&schema)
+                .ok()
+        })
+        .as_ref()
+}
+
+/// Whether `value` has the shape of a manifest by the JSON Schema alone (no further rules).
+pub fn schema_accepts(value: &Value) -> bool {
+    manifest_schema().is_some_and(|s| s.is_valid(value))
+}
+
+/// Validates one manifest: shape, rules, lints.
+///
+/// ```
+/// use sluice_kernel::validate::{validate, ValidateOptions};
+/// let report = validate(&serde_json::json!({
+///     "id": "acme.kv-get", "description": "Get", "version": "1.0.0",
+///     "input": {"type": "object"}, "output": {"type": "object"},
+///     "mutating": false, "effects": [{"kind": "reads", "resource": "kv:{key}"}]
+/// }), ValidateOptions::default());
+/// assert!(report.is_valid());
+/// // `key` is not declared by the input schema: a warning, not an error.
+/// assert_eq!(report.warnings[0].pointer, "/effects/0/resource");
+/// ```
+pub fn validate(value: &Value, options: ValidateOptions) -> Report {
+    let mut report = Report::default();
+    shape(value, &mut report);
+    if !report.errors.is_empty() {
+        return report;
+    }
+    match Manifest::from_value(value.clone()) {
+        Ok(m) => {
+            rules(&m, options, &mut report);
+            report.manifest = Some(m);
+        }
+        Err(e) => report.errors.push(Diagnostic::new("", format!("{e}"))),
+    }
+    report
+}
+
+fn shape(value: &Value, report: &mut Report) {
+    let Some(schema) = manifest_schema() else {
+        report.errors.push(Diagnostic::new(
+            "",
+            "the manifest schema bundled with Sluice does not compile (a bug in Sluice)",
+        ));
+        return;
+    };
+    for e in schema.iter_errors(value) {
+        let pointer = e.instance_path().as_str().to_owned();
+        let d = match e.kind() {
+            jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } => {
+                // Point at each unknown key, not at the object holding it.
+                for key in unexpected {
+                    push_unique(
+                        &mut report.errors,
+                        Diagnostic::new(
+                            format!("{pointer}/{}", escape_pointer(key)),
+                            format!("unknown field `{key}`"),
+                        ),
+                    );
+                }
+                continue;
+            }
+            jsonschema::error::ValidationErrorKind::Pattern { .. } if pointer == "/version" => {
+                Diagnostic::new(
+                    pointer,
+                    format!("{} is not a version like 1.2.3", e.instance()),
+                )
+            }
+            jsonschema::error::ValidationErrorKind::Pattern { .. } if pointer == "/mcpEndpoint" => {
+                Diagnostic::new(
+                    pointer,
+                    format!(
+                        "{} is not an MCP endpoint: use mcp+stdio://<command line>, \
+                         mcp+http://<host>/<path> or mcp+sse://<host>/<path>",
+                        e.instance()
+                    ),
+                )
+            }
+            _ => Diagnostic::new(pointer, humanize(&e.to_string())),
+        };
+        push_unique(&mut report.errors, d);
+    }
+}
+
+fn push_unique(list: &mut Vec<Diagnostic>, d: Diagnostic) {
+    if !list.contains(&d) {
+        list.push(d);
+    }
+}
+
+/// Light rewording of the validator's messages (it quotes JSON values; keep them).
+fn humanize(msg: &str) -> String {
+    msg.replace("is a required property", "is required")
+}
+
+/// Escapes a key for use in a JSON pointer (RFC 6901).
+pub fn escape_pointer(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+const DRAFT_2020_12: &str = "https://json-schema.org/draft/2020-12/schema";
+
+/// The dialect a tool's input or output schema is in: Draft 2020-12, or for an MCP tool what its
+/// `$schema` declares (draft-06, draft-07, 2019-09 or 2020-12).
+pub fn schema_dialect(
+    manifest: &Manifest,
+    schema: &Map<String, Value>,
+) -> Result<jsonschema::Draft, String> {
+    let declared = match schema.get("$schema") {
+        None => return Ok(jsonschema::Draft::Draft202012),
+        Some(Value::String(s)) => s.trim_end_matches('#'),
+        Some(_) => return Err("`$schema` must be a string".into()),
+    };
+    let draft = match declared {
+        DRAFT_2020_12 => jsonschema::Draft::Draft202012,
+        "https://json-schema.org/draft/2019-09/schema" => jsonschema::Draft::Draft201909,
+        "http://json-schema.org/draft-07/schema" => jsonschema::Draft::Draft7,
+        "http://json-schema.org/draft-06/schema" => jsonschema::Draft::Draft6,
+        other => {
+            return Err(format!(
+                "`$schema` is `{other}`: the dialects accepted are Draft 2020-12, and for MCP \
+                 tools also draft-06, draft-07 and 2019-09"
+            ))
+        }
+    };
+    if draft != jsonschema::Draft::Draft202012 && manifest.transport() != Transport::Mcp {
+        return Err(format!(
+            "`$schema` is `{declared}`, but only an MCP tool (`transport: mcp`) may use a dialect \
+             other than Draft 2020-12"
+        ));
+    }
+    Ok(draft)
+}
+
+/// Compiles one of a tool's schemas in its dialect. No `$ref` is ever fetched from the network
+/// or the file system.
+pub fn compile_schema(
+    manifest: &Manifest,
+    schema: &Map<String, Value>,
+) -> Result<jsonschema::Validator, String> {
+    let draft = schema_dialect(manifest, schema)?;
+    jsonschema::options()
+        .with_draft(draft)
+        .build(&Value::Object(schema.clone()))
+        .map_err(|e| format!("does not compile as a JSON Schema: {e}"))
+}
+
+fn rules(m: &Manifest, options: ValidateOptions, report: &mut Report) {
+    let errors = &mut report.errors;
+    let warnings = &mut report.warnings;
+
+    for (name, schema) in [("input", &m.input), ("output", &m.output)] {
+        if let Err(why) = compile_schema(m, schema) {
+            let pointer = if why.starts_with("`$schema`") {
+                format!("/{name}/$schema")
+            } else {
+                format!("/{name}")
+            };
+            errors.push(Diagnostic::new(pointer, format!("the {name} schema {why}")));
+        }
+    }
+    let declared: Option<Vec<&str>> = m
+        .input
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|p| p.keys().map(String::as_str).collect());
+    let undeclared = |pointer: String, names: Vec<&str>, warnings: &mut Vec<Diagnostic>| {
+        for n in names {
+            if !declared.as_ref().is_some_and(|d| d.contains(&n)) {
+                warnings.push(Diagnostic::new(
+                    pointer.clone(),
+                    format!(
+                        "the placeholder `{{{n}}}` names no property of the input schema: a \
+                         call without it gets `*` here"
+                    ),
+                ));
+            }
+        }
+    };
+
+    // Effects: resource templates.
+    for (i, e) in m.effects().iter().enumerate() {
+        if let Some(r) = &e.resource {
+            let pointer = format!("/effects/{i}/resource");
+            match ResourceTemplate::parse(r) {
+                Ok(t) => undeclared(pointer, t.placeholders(), warnings),
+                Err(err) => errors.push(Diagnostic::new(
+                    pointer,
+                    format!("the resource template `{r}` is not well formed {err}"),
+                )),
+            }
+        }
+    }
+
+    // Transport coherence.
+    let transport = m.transport();
+    if transport == Transport::Mcp && m.mcp_endpoint.is_none() {
+        errors.push(Diagnostic::new(
+            "/transport",
+            "`transport: mcp` needs an `mcpEndpoint` (mcp+stdio://, mcp+http:// or mcp+sse://)",
+        ));
+    }
+    if let Some(endpoint) = &m.mcp_endpoint {
+        if let Some(Err(why)) = endpoint.argv() {
+            errors.push(Diagnostic::new("/mcpEndpoint", format!("{why}")));
+        }
+        if transport == Transport::Native {
+            warnings.push(Diagnostic::new(
+                "/mcpEndpoint",
+                "`transport: native` runs the tool in process: its `mcpEndpoint` is never used",
+            ));
+        }
+    }
+    if m.spec.is_some() {
+        match transport {
+            Transport::Native => errors.push(Diagnostic::new(
+                "/spec",
+                "`transport: native` cannot carry a `spec`: a native tool is carried out by a \
+                 handler registered in code",
+            )),
+            Transport::Mcp => errors.push(Diagnostic::new(
+                "/spec",
+                "`transport: mcp` cannot carry a `spec`: the MCP server carries the tool out",
+            )),
+            Transport::Auto => {}
+        }
+        if m.code_artifact_ref.is_some() {
+            errors.push(Diagnostic::new(
+                "/codeArtifactRef",
+                "`spec` and `codeArtifactRef` never come together: a tool has one handler",
+            ));
+        }
+    }
+
+    // The HTTP spec.
+    if let Some(ToolSpec::Http(http)) = &m.spec {
+        match UrlTemplate::parse(&http.url_template) {
+            Ok(u) => undeclared(
+                "/spec/urlTemplate".into(),
+                u.template().placeholders(),
+                warnings,
+            ),
+            Err(err) => errors.push(Diagnostic::new(
+                "/spec/urlTemplate",
+                format!("the URL template `{}` {err}", http.url_template.as_str()),
+            )),
+        }
+        for (i, h) in http.headers.iter().flatten().enumerate() {
+            let pointer = format!("/spec/headers/{i}");
+            if !h.name.bytes().all(is_header_name_byte) {
+                errors.push(Diagnostic::new(
+                    format!("{pointer}/name"),
+                    format!("`{}` is not a valid HTTP header name", h.name.as_str()),
+                ));
+            }
+            if h.value.contains(['\r', '\n']) {
+                errors.push(Diagnostic::new(
+                    format!("{pointer}/value"),
+                    "a header value may not hold a CR or LF",
+                ));
+            }
+            match TextTemplate::parse(&h.value) {
+                Ok(t) => undeclared(format!("{pointer}/value"), t.placeholders(), warnings),
+                Err(err) => errors.push(Diagnostic::new(
+                    format!("{pointer}/value"),
+                    format!("the header value template is not well formed {err}"),
+                )),
+            }
+        }
+        if let Some(HttpRequestBodySpec::Text { template }) = &http.request_body {
+            match TextTemplate::parse(template) {
+                Ok(t) => undeclared(
+                    "/spec/requestBody/template".into(),
+                    t.placeholders(),
+                    warnings,
+                ),
+                Err(err) => errors.push(Diagnostic::new(
+                    "/spec/requestBody/template",
+                    format!("the body template is not well formed {err}"),
+                )),
+            }
+        }
+        if let Some(s) = &http.success_status {
+            if s.min > s.max {
+                errors.push(Diagnostic::new(
+                    "/spec/successStatus",
+                    format!(
+                        "`min` ({}) is above `max` ({}): no status would be a success",
+                        s.min.get(),
+                        s.max.get()
+                    ),
+                ));
+            }
+        }
+        if let Some(crate::manifest::HttpAuthSpec::Header { header_name, .. }) = &http.authorization
+        {
+            if !header_name.bytes().all(is_header_name_byte) {
+                errors.push(Diagnostic::new(
+                    "/spec/authorization/headerName",
+                    format!("`{}` is not a valid HTTP header name", header_name.as_str()),
+                ));
+            }
+        }
+    }
+
+    // needsSpec schemas.
+    if let Some(ns) = &m.needs_spec {
+        for (field, map) in [
+            ("env", &ns.env),
+            ("secrets", &ns.secrets),
+            ("config", &ns.config),
+        ] {
+            for (name, schema) in map.iter().flatten() {
+                if let Err(e) = jsonschema::options()
+                    .with_draft(jsonschema::Draft::Draft202012)
+                    .build(&Value::Object(schema.clone()))
+                {
+                    errors.push(Diagnostic::new(
+                        format!("/needsSpec/{field}/{}", escape_pointer(name)),
+                        format!("the schema of `{name}` does not compile: {e}"),
+                    ));
+                }
+            }
+        }
+    }
+
+    // Lints.
+    if !m.is_read_only() && !m.declares_changing_effect() {
+        let pointer = if m.effects.is_some() {
+            "/effects"
+        } else if m.mutating.is_some() {
+            "/mutating"
+        } else {
+            ""
+        };
+        warnings.push(Diagnostic::new(
+            pointer,
+            "the tool is not read-only but declares no changing effect, so it will run alone: \
+             the kernel cannot know what it changes; set `mutating: false` or declare its \
+             changing effects",
+        ));
+    }
+    if m.mutating == Some(false) {
+        if let Some(i) = m
+            .effects()
+            .iter()
+            .position(|e| e.kind.mode() == AccessMode::Write)
+        {
+            warnings.push(Diagnostic::new(
+                format!("/effects/{i}/kind"),
+                format!(
+                    "`mutating: false` but the tool declares a changing effect (`{}`): the \
+                     effect wins, the tool is treated as mutating",
+                    m.effects()[i].kind
+                ),
+            ));
+        }
+    }
+    match &m.code_artifact_ref {
+        Some(CodeArtifactRef::Filesystem { .. }) => {
+            let d = Diagnostic::new(
+                "/codeArtifactRef",
+                "a `filesystem` codeArtifactRef points at a handler on a developer's disk; \
+                 production servers refuse it",
+            );
+            if options.production {
+                errors.push(d);
+            } else {
+                warnings.push(d);
+            }
+        }
+        Some(CodeArtifactRef::Oci {
+            artifact_version, ..
+        }) if !looks_like_artifact_version(artifact_version) => {
+            warnings.push(Diagnostic::new(
+                "/codeArtifactRef/artifactVersion",
+                format!(
+                    "`{}` does not look like YYYYMMDD.N",
+                    artifact_version.as_str()
+                ),
+            ));
+        }
+        _ => {}
+    }
+    match &m.network {
+        Some(NetworkPolicy::Allowlist { hosts }) if hosts.is_empty() => {
+            warnings.push(Diagnostic::new(
+                "/network/hosts",
+                "an empty allowlist allows no host at all",
+            ));
+        }
+        Some(NetworkPolicy::None {}) => {
+            let network_effect = m
+                .effects()
+                .iter()
+                .position(|e| e.kind == crate::manifest::EffectKind::Network);
+            if let Some(i) = network_effect {
+                warnings.push(Diagnostic::new(
+                    format!("/effects/{i}"),
+                    "the tool declares a `network` effect but `network: none` refuses all egress",
+                ));
+            }
+            if matches!(m.spec, Some(ToolSpec::Http(_))) {
+                warnings.push(Diagnostic::new(
+                    "/network",
+                    "an HTTP tool with `network: none` can never send its request",
+                ));
+            }
+        }
+        _ => {}
+    }
+}
+
+fn is_header_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+fn looks_like_artifact_version(v: &str) -> bool {
+    match v.split_once('.') {
+        Some((date, n)) => {
+            date.len() == 8
+                && date.bytes().all(|b| b.is_ascii_digit())
+                && !n.is_empty()
+                && n.bytes().all(|b| b.is_ascii_digit())
+        }
+        None => false,
+    }
+}

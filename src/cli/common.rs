@@ -1,0 +1,56 @@
+//! What several commands share: loading tools and batches.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde_json::Value;
+use sluice::kernel::batch::Batch;
+use sluice::kernel::builtin::{self, BuiltinConfig, KvStore};
+use sluice::kernel::load::{parse_json, read_manifests};
+use sluice::kernel::registry::ToolRegistry;
+
+use super::Failure;
+
+/// The built-in tools (fs tools confined to `root`) plus every manifest under `paths`.
+pub(crate) fn load_tools(
+    paths: &[PathBuf],
+    root: Option<&Path>,
+    kv: KvStore,
+) -> anyhow::Result<ToolRegistry> {
+    let root = match root {
+        Some(r) => std::fs::canonicalize(r).map_err(|e| Failure {
+            code: 2,
+            message: format!("cannot use `{}` as the root: {e}", r.display()),
+        })?,
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let mut registry = builtin::registry(BuiltinConfig { root, kv })?;
+    for path in paths {
+        for raw in read_manifests(path)? {
+            registry.insert_raw(raw)?;
+        }
+    }
+    Ok(registry)
+}
+
+/// Reads a JSON document from a file, or from standard input for `-`.
+pub(crate) fn read_json_arg(path: &Path) -> anyhow::Result<Value> {
+    if path == Path::new("-") {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| Failure {
+                code: 2,
+                message: format!("cannot read the batch from standard input: {e}"),
+            })?;
+        return Ok(parse_json(Path::new("<stdin>"), &text)?);
+    }
+    Ok(sluice::kernel::load::read_json(path)?)
+}
+
+/// Reads and parses a batch document.
+pub(crate) fn read_batch(path: &Path) -> anyhow::Result<Batch> {
+    let doc = read_json_arg(path)?;
+    Ok(Batch::from_value(&doc)?)
+}

@@ -1,0 +1,90 @@
+//! Argument parsing and dispatch to the commands.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+pub(crate) mod common;
+mod plan;
+mod validate;
+
+/// Sluice: run an AI agent's batch of tool calls concurrently where they cannot conflict, in
+/// order where they can, each one authorized and recorded.
+#[derive(Debug, Parser)]
+#[command(name = "sluice", version, about, long_about = None, propagate_version = true)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check tool manifests (Kindgi tool schema 1.1.0): the schema, the rules beyond it, lints.
+    ///
+    /// Each PATH is a manifest file (one manifest or an array of them) or a directory of *.json
+    /// files. Exit 1 when any manifest is invalid; warnings do not fail the check.
+    Validate(validate::Args),
+    /// Show how a batch would run: each call's accesses, the conflict edges between calls (with
+    /// the resource and kind behind each), the waves and a critical path. Runs nothing.
+    Plan(plan::Args),
+}
+
+/// Output format of `validate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum TextOrJson {
+    /// For people.
+    Text,
+    /// For programs.
+    Json,
+}
+
+/// Runs the parsed command.
+pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Validate(a) => validate::run(a),
+        Command::Plan(a) => plan::run(a),
+    }
+}
+
+/// An error that carries its own exit code and message (the message is already complete).
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) code: u8,
+    pub(crate) message: String,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+/// Exit 1: the input was invalid.
+pub(crate) fn invalid(message: impl Into<String>) -> anyhow::Error {
+    Failure {
+        code: 1,
+        message: message.into(),
+    }
+    .into()
+}
+
+/// The exit code for an error: 2 for unreadable files and usage errors, 1 for invalid input.
+pub(crate) fn exit_code_of(e: &anyhow::Error) -> u8 {
+    if let Some(f) = e.downcast_ref::<Failure>() {
+        return f.code;
+    }
+    match e.downcast_ref::<sluice::kernel::Error>() {
+        Some(sluice::kernel::Error::Unreadable { .. }) => 2,
+        _ => 1,
+    }
+}
+
+/// The message for an error (its chain, one line).
+pub(crate) fn render_error(e: &anyhow::Error) -> String {
+    e.chain()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(": ")
+}

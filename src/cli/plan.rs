@@ -1,0 +1,182 @@
+//! `sluice plan`: how a batch would run, without running it.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::ValueEnum;
+use serde_json::{json, Value};
+use sluice::kernel::access::Normalizers;
+use sluice::kernel::builtin::KvStore;
+use sluice::kernel::plan::Plan;
+
+use super::common::{load_tools, read_batch};
+use super::invalid;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// A manifest file or a directory of *.json manifests (repeatable). The built-in tools are
+    /// always registered.
+    #[arg(long = "tools", num_args = 1.., action = clap::ArgAction::Append)]
+    tools: Vec<PathBuf>,
+    /// The batch document (`-` for standard input).
+    #[arg(long)]
+    batch: PathBuf,
+    /// The directory the built-in fs tools are confined to. Default: the current directory.
+    #[arg(long)]
+    root: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "json")]
+    format: PlanFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum PlanFormat {
+    Json,
+    Text,
+    Dot,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let registry = load_tools(&args.tools, args.root.as_deref(), KvStore::new())?;
+    let batch = read_batch(&args.batch)?;
+    let plan = Plan::new(&registry, &Normalizers::default(), batch);
+    if let Some((call, rejection)) = plan.first_rejection() {
+        return Err(invalid(rejection.message(&call.call)));
+    }
+    match args.format {
+        PlanFormat::Json => println!("{}", serde_json::to_string_pretty(&to_json(&plan))?),
+        PlanFormat::Text => print!("{}", to_text(&plan)),
+        PlanFormat::Dot => print!("{}", to_dot(&plan)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn id(plan: &Plan, i: usize) -> &str {
+    &plan.calls[i].call.id
+}
+
+/// The plan as cli.md's JSON.
+pub(crate) fn to_json(plan: &Plan) -> Value {
+    let calls: Vec<Value> = plan
+        .calls
+        .iter()
+        .map(|c| {
+            let accesses: Vec<Value> = c
+                .accesses
+                .iter()
+                .map(|a| {
+                    json!({"kind": a.kind.as_str(), "resource": a.resource.to_text(),
+                           "mode": a.mode().as_str()})
+                })
+                .collect();
+            json!({"id": c.call.id, "tool": c.call.tool, "read_only": c.is_read_only(),
+                   "accesses": accesses})
+        })
+        .collect();
+    let edges: Vec<Value> = plan
+        .graph
+        .edges()
+        .iter()
+        .map(|e| {
+            json!({"from": id(plan, e.from), "to": id(plan, e.to),
+                   "resource": e.resource.to_text(), "kind": e.kind.as_str()})
+        })
+        .collect();
+    let waves: Vec<Vec<&str>> = plan
+        .graph
+        .waves()
+        .iter()
+        .map(|w| w.iter().map(|i| id(plan, *i)).collect())
+        .collect();
+    let critical: Vec<&str> = plan
+        .graph
+        .critical_path()
+        .iter()
+        .map(|i| id(plan, *i))
+        .collect();
+    json!({"tenant": plan.tenant, "calls": calls, "edges": edges, "waves": waves,
+           "critical_path": critical})
+}
+
+fn to_text(plan: &Plan) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let waves = plan.graph.waves();
+    let critical: Vec<&str> = plan
+        .graph
+        .critical_path()
+        .iter()
+        .map(|i| id(plan, *i))
+        .collect();
+    let _ = writeln!(
+        s,
+        "tenant {}: {} call(s), {} edge(s), {} wave(s); critical path {}",
+        plan.tenant,
+        plan.calls.len(),
+        plan.graph.edges().len(),
+        waves.len(),
+        critical.join(" -> ")
+    );
+    for (i, c) in plan.calls.iter().enumerate() {
+        let ro = if c.is_read_only() {
+            "  (read-only)"
+        } else {
+            ""
+        };
+        let _ = writeln!(s, "\n{}  {}{ro}", c.call.id, c.call.tool);
+        if c.accesses.is_empty() {
+            let _ = writeln!(s, "    touches nothing");
+        }
+        for a in &c.accesses {
+            let _ = writeln!(s, "    {:<22} {}", a.kind.as_str(), a.resource);
+        }
+        let preds: Vec<String> = plan
+            .graph
+            .edges()
+            .iter()
+            .filter(|e| e.to == i)
+            .map(|e| format!("{} ({} on {})", id(plan, e.from), e.kind, e.resource))
+            .collect();
+        if preds.is_empty() {
+            let _ = writeln!(s, "    starts at once");
+        } else {
+            let _ = writeln!(s, "    waits for {}", preds.join(", "));
+        }
+    }
+    let _ = writeln!(s, "\nwaves (informative: nothing waits for a wave):");
+    for (k, w) in waves.iter().enumerate() {
+        let ids: Vec<&str> = w.iter().map(|i| id(plan, *i)).collect();
+        let _ = writeln!(s, "  {k}: {}", ids.join(", "));
+    }
+    s
+}
+
+fn dot_escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+fn to_dot(plan: &Plan) -> String {
+    use std::fmt::Write;
+    let mut s = String::from("digraph plan {\n  rankdir=LR;\n  node [shape=box];\n");
+    for c in &plan.calls {
+        let _ = writeln!(
+            s,
+            "  \"{}\" [label=\"{}\\n{}\"];",
+            dot_escape(&c.call.id),
+            dot_escape(&c.call.id),
+            dot_escape(&c.call.tool)
+        );
+    }
+    for e in plan.graph.edges() {
+        let _ = writeln!(
+            s,
+            "  \"{}\" -> \"{}\" [label=\"{}\\n{}\"];",
+            dot_escape(id(plan, e.from)),
+            dot_escape(id(plan, e.to)),
+            dot_escape(&e.resource.to_text()),
+            e.kind
+        );
+    }
+    s.push_str("}\n");
+    s
+}

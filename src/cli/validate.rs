@@ -1,0 +1,159 @@
+//! `sluice validate`: judge manifests.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use serde_json::{json, Value};
+use sluice::kernel::builtin::{self, BuiltinConfig};
+use sluice::kernel::load::{read_manifests, ManifestSource};
+use sluice::kernel::validate::{validate, Diagnostic, ValidateOptions};
+
+use super::TextOrJson;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Turn what production servers SHOULD refuse (a `filesystem` codeArtifactRef) into errors.
+    #[arg(long)]
+    production: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    format: TextOrJson,
+    /// Manifest files or directories of *.json manifests.
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
+}
+
+struct Entry {
+    source: ManifestSource,
+    id: Option<String>,
+    errors: Vec<Diagnostic>,
+    warnings: Vec<Diagnostic>,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let options = ValidateOptions {
+        production: args.production,
+    };
+    let mut entries: Vec<Entry> = Vec::new();
+    for path in &args.paths {
+        let raws = match read_manifests(path) {
+            Ok(r) => r,
+            Err(sluice::kernel::Error::NotJson { path, message, .. }) => {
+                entries.push(Entry {
+                    source: ManifestSource {
+                        path,
+                        pointer: String::new(),
+                    },
+                    id: None,
+                    errors: vec![Diagnostic::new("", format!("not JSON: {message}"))],
+                    warnings: Vec::new(),
+                });
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        for raw in raws {
+            let report = validate(&raw.value, options);
+            let prefix = |d: Diagnostic| {
+                Diagnostic::new(format!("{}{}", raw.source.pointer, d.pointer), d.message)
+            };
+            entries.push(Entry {
+                id: raw
+                    .value
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                errors: report.errors.into_iter().map(prefix).collect(),
+                warnings: report.warnings.into_iter().map(prefix).collect(),
+                source: raw.source,
+            });
+        }
+    }
+    flag_duplicate_ids(&mut entries);
+
+    let all_valid = entries.iter().all(|e| e.errors.is_empty());
+    match args.format {
+        TextOrJson::Json => {
+            let manifests: Vec<Value> = entries
+                .iter()
+                .map(|e| {
+                    json!({
+                        "path": e.source.path.to_string_lossy(),
+                        "id": e.id,
+                        "valid": e.errors.is_empty(),
+                        "errors": e.errors,
+                        "warnings": e.warnings,
+                    })
+                })
+                .collect();
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&json!({"manifests": manifests}))?
+            );
+        }
+        TextOrJson::Text => {
+            for e in &entries {
+                let verdict = if e.errors.is_empty() {
+                    "valid"
+                } else {
+                    "INVALID"
+                };
+                println!(
+                    "{}  {}  {verdict}",
+                    e.source,
+                    e.id.as_deref().unwrap_or("(no id)")
+                );
+                for d in &e.errors {
+                    println!("  error   {}: {}", pointer_text(&d.pointer), d.message);
+                }
+                for d in &e.warnings {
+                    println!("  warning {}: {}", pointer_text(&d.pointer), d.message);
+                }
+            }
+            let invalid = entries.iter().filter(|e| !e.errors.is_empty()).count();
+            println!(
+                "{} manifest(s), {} invalid, {} warning(s)",
+                entries.len(),
+                invalid,
+                entries.iter().map(|e| e.warnings.len()).sum::<usize>()
+            );
+        }
+    }
+    Ok(if all_valid {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn pointer_text(p: &str) -> &str {
+    if p.is_empty() {
+        "(the manifest)"
+    } else {
+        p
+    }
+}
+
+/// The same tool id in two places is an error on the later one, naming the first; so is the id
+/// of a built-in tool, which `plan` and `run` always register.
+fn flag_duplicate_ids(entries: &mut [Entry]) {
+    let mut first: HashMap<String, String> = HashMap::new();
+    if let Ok(tools) = builtin::tools(BuiltinConfig::default()) {
+        for t in tools {
+            first.insert(t.id().to_owned(), "a built-in tool".to_owned());
+        }
+    }
+    for e in entries.iter_mut() {
+        let Some(id) = e.id.clone() else { continue };
+        match first.get(&id) {
+            Some(other) => e.errors.push(Diagnostic::new(
+                format!("{}/id", e.source.pointer),
+                format!("the tool id `{id}` is also defined at {other}"),
+            )),
+            None => {
+                first.insert(id, e.source.to_string());
+            }
+        }
+    }
+}

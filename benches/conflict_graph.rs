@@ -92,7 +92,11 @@ fn workload(n: usize, wild: f64, seed: u64) -> Workload {
                     } else {
                         keys[rank]
                     };
-                    (text, Pattern::parse(text).expect("bench patterns parse"), write)
+                    (
+                        text,
+                        Pattern::parse(text).expect("bench patterns parse"),
+                        write,
+                    )
                 })
                 .collect()
         })
@@ -157,12 +161,20 @@ fn exact_keys(c: &mut Criterion) {
             if wild == 0.0 {
                 group.bench_with_input(BenchmarkId::new("prio_graph", n), &w, |b, w| {
                     b.iter(|| {
-                        let mut g = PrioGraph::new(|id: &usize, _| Earliest(std::cmp::Reverse(*id)));
+                        let mut g =
+                            PrioGraph::new(|id: &usize, _| Earliest(std::cmp::Reverse(*id)));
                         for (i, c) in w.calls.iter().enumerate() {
                             g.insert_transaction(
                                 i,
                                 c.iter().map(|(k, _, write)| {
-                                    (*k, if *write { AccessKind::Write } else { AccessKind::Read })
+                                    (
+                                        *k,
+                                        if *write {
+                                            AccessKind::Write
+                                        } else {
+                                            AccessKind::Read
+                                        },
+                                    )
                                 }),
                             );
                         }
@@ -188,18 +200,34 @@ fn agent_batch(c: &mut Criterion) {
     };
     let mut registry = ToolRegistry::new();
     for t in [
-        tool("fs.read", json!([{"kind": "reads", "resource": "fs:/repo/{path}"},
+        tool(
+            "fs.read",
+            json!([{"kind": "reads", "resource": "fs:/repo/{path}"},
                               {"kind": "reads", "resource": "meta:{path}"},
-                              {"kind": "network", "resource": "net:none"}]), false),
-        tool("fs.edit", json!([{"kind": "reads", "resource": "fs:/repo/{path}"},
+                              {"kind": "network", "resource": "net:none"}]),
+            false,
+        ),
+        tool(
+            "fs.edit",
+            json!([{"kind": "reads", "resource": "fs:/repo/{path}"},
                               {"kind": "writes", "resource": "fs:/repo/{path}"},
-                              {"kind": "emits-event", "resource": "events:edits"}]), true),
-        tool("search", json!([{"kind": "reads", "resource": "fs:/repo/*"},
+                              {"kind": "emits-event", "resource": "events:edits"}]),
+            true,
+        ),
+        tool(
+            "search",
+            json!([{"kind": "reads", "resource": "fs:/repo/*"},
                               {"kind": "reads", "resource": "index:{q}"},
-                              {"kind": "network", "resource": "net:none"}]), false),
-        tool("mem.put", json!([{"kind": "reads", "resource": "memory:{key}"},
+                              {"kind": "network", "resource": "net:none"}]),
+            false,
+        ),
+        tool(
+            "mem.put",
+            json!([{"kind": "reads", "resource": "memory:{key}"},
                                {"kind": "writes", "resource": "memory:{key}"},
-                               {"kind": "emits-event", "resource": "events:memory"}]), true),
+                               {"kind": "emits-event", "resource": "events:memory"}]),
+            true,
+        ),
     ] {
         registry.insert(t).expect("bench tools register");
     }

@@ -47,9 +47,11 @@
 //! The tests hold this builder to [`naive_edges`], the all-pairs reference, on random batches:
 //! every conflicting pair is joined by a path, and every edge joins a conflicting pair.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::sync::Arc;
+
+use hashbrown::hash_map::RawEntryMut;
+use hashbrown::HashMap;
 
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::Direction;
@@ -117,6 +119,49 @@ pub struct Edge {
     pub kind: EdgeKind,
 }
 
+/// An exact resource as a map key: the access's own pattern (cloning it is a reference count, not
+/// an allocation), hashed, compared and borrowed as its one string.
+#[derive(Clone)]
+struct ExactKey(Pattern);
+
+impl ExactKey {
+    fn as_str(&self) -> &str {
+        self.0.literal_prefix()
+    }
+}
+
+impl std::borrow::Borrow<str> for ExactKey {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::hash::Hash for ExactKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state)
+    }
+}
+
+impl PartialEq for ExactKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for ExactKey {}
+
+impl PartialOrd for ExactKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ExactKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
 /// Per exact resource: the state that lets a new access link to its nearest predecessors.
 #[derive(Debug, Default)]
 struct KeyState {
@@ -126,11 +171,43 @@ struct KeyState {
     /// the states of the resources it matches (see `insert_wild`).
     last_writer: Option<usize>,
     /// Calls that read this resource exactly since `last_writer` (each after it).
-    readers: Vec<usize>,
+    readers: smallvec::SmallVec<[usize; 4]>,
     /// Invariant (**reads synced**): every live wildcard read entry with a sequence number below
     /// this one that matches the resource is ordered before `last_writer`; a new write need only
     /// look at wildcard reads from this number on.
     reads_synced: u64,
+}
+
+/// The state of an exact resource at its first access: its last writer is the latest live
+/// wildcard write that matches it (every earlier such write is ordered before that one), and every
+/// wildcard read older than that write is ordered before it too. `prefixes` holds the bucket
+/// prefixes of `key`.
+fn initial_state(
+    wild: &BTreeMap<Box<str>, Bucket>,
+    patterns: &[Pattern],
+    prefixes: &[Box<str>],
+    key: &str,
+) -> KeyState {
+    let mut latest: Option<WildEntry> = None;
+    for prefix in prefixes {
+        let Some(bucket) = wild.get(prefix) else {
+            continue;
+        };
+        for e in bucket.writes.iter().rev() {
+            if latest.is_some_and(|l| l.seq > e.seq) {
+                break;
+            }
+            if patterns[e.pattern as usize].matches(key) {
+                latest = Some(*e);
+                break;
+            }
+        }
+    }
+    KeyState {
+        last_writer: latest.map(|e| e.call),
+        readers: smallvec::SmallVec::new(),
+        reads_synced: latest.map_or(0, |e| e.seq + 1),
+    }
 }
 
 /// A wildcard access in a bucket.
@@ -167,9 +244,11 @@ struct Bucket {
 /// ```
 #[derive(Default)]
 pub struct ConflictIndex {
-    exact: HashMap<Arc<str>, KeyState>,
-    /// The keys of `exact`, sorted, for prefix range scans by wildcard accesses.
-    exact_sorted: BTreeSet<Arc<str>>,
+    exact: HashMap<ExactKey, KeyState>,
+    /// The keys of `exact`, sorted, for prefix range scans by wildcard accesses. Built the first
+    /// time a wildcard access arrives and kept from then on, so that batches of exact resources
+    /// never pay for it.
+    exact_sorted: Option<BTreeSet<ExactKey>>,
     wild: BTreeMap<Box<str>, Bucket>,
     /// Byte length of bucket prefixes in use -> how many buckets have it.
     prefix_lens: BTreeMap<usize, usize>,
@@ -182,8 +261,9 @@ pub struct ConflictIndex {
     pending: Vec<Edge>,
     /// The sources in `pending`, kept once `pending` grows past a handful.
     pending_from: std::collections::HashSet<usize>,
-    scratch_keys: Vec<Arc<str>>,
+    scratch_keys: Vec<ExactKey>,
     scratch_prefixes: Vec<Box<str>>,
+    scratch_calls: Vec<usize>,
 }
 
 impl fmt::Debug for ConflictIndex {
@@ -207,6 +287,14 @@ impl ConflictIndex {
     /// call, with the resource and kind of the first conflict found.
     pub fn insert(&mut self, call: usize, accesses: &[Access], out: &mut Vec<Edge>) {
         self.pending.clear();
+        if let [a] = accesses {
+            match a.resource.as_exact() {
+                Some(key) => self.insert_exact(call, key, &a.resource, a.mode()),
+                None => self.insert_wild(call, &a.resource, a.mode()),
+            }
+            out.append(&mut self.pending);
+            return;
+        }
         for (i, a) in accesses.iter().enumerate() {
             // One mode per pattern within a call: write if any access to it writes.
             if accesses[..i].iter().any(|b| b.resource == a.resource) {
@@ -297,37 +385,48 @@ impl ConflictIndex {
     }
 
     fn insert_exact(&mut self, call: usize, key: &str, resource: &Pattern, mode: AccessMode) {
-        if !self.exact.contains_key(key) {
-            self.create_key_state(key, resource);
+        if !self.wild.is_empty() {
+            self.prefixes_of(key, true);
+        } else {
+            self.scratch_prefixes.clear();
         }
-        self.prefixes_of(key, true);
-        let prefixes = std::mem::take(&mut self.scratch_prefixes);
-        let Some(state) = self.exact.get_mut(key) else {
-            return;
+        let state = match self.exact.raw_entry_mut().from_key(key) {
+            RawEntryMut::Occupied(o) => o.into_mut(),
+            RawEntryMut::Vacant(v) => {
+                let state = initial_state(&self.wild, &self.patterns, &self.scratch_prefixes, key);
+                if let Some(sorted) = &mut self.exact_sorted {
+                    sorted.insert(ExactKey(resource.clone()));
+                }
+                v.insert(ExactKey(resource.clone()), state).1
+            }
         };
-        let (last_writer, reads_synced) = (state.last_writer, state.reads_synced);
         match mode {
             AccessMode::Read => {
                 if state.readers.last() != Some(&call) {
                     state.readers.push(call);
                 }
                 // No newer wildcard writer: the last writer is the only write to wait for.
-                if let Some(w) = last_writer {
+                if let Some(w) = state.last_writer {
                     self.edge(w, call, resource, EdgeKind::ReadAfterWrite);
                 }
             }
             AccessMode::Write => {
-                let readers = std::mem::take(&mut state.readers);
-                state.last_writer = Some(call);
-                state.reads_synced = self.seq;
-                if readers.iter().any(|r| *r != call) {
-                    for r in readers {
-                        self.edge(r, call, resource, EdgeKind::WriteAfterRead);
+                let last_writer = state.last_writer.replace(call);
+                let reads_synced = std::mem::replace(&mut state.reads_synced, self.seq);
+                let mut readers = std::mem::take(&mut self.scratch_calls);
+                readers.clear();
+                readers.extend(state.readers.drain(..).filter(|r| *r != call));
+                if readers.is_empty() {
+                    if let Some(w) = last_writer {
+                        self.edge(w, call, resource, EdgeKind::WriteAfterWrite);
                     }
-                } else if let Some(w) = last_writer {
-                    self.edge(w, call, resource, EdgeKind::WriteAfterWrite);
                 }
+                for r in readers.drain(..) {
+                    self.edge(r, call, resource, EdgeKind::WriteAfterRead);
+                }
+                self.scratch_calls = readers;
                 // Reads synced: only wildcard reads newer than the last write can be unordered.
+                let prefixes = std::mem::take(&mut self.scratch_prefixes);
                 for prefix in &prefixes {
                     let Some(bucket) = self.wild.get(prefix) else {
                         continue;
@@ -340,41 +439,9 @@ impl ConflictIndex {
                         }
                     }
                 }
+                self.scratch_prefixes = prefixes;
             }
         }
-        self.scratch_prefixes = prefixes;
-    }
-
-    /// First access to `key`: its last writer is the latest live wildcard write that matches it
-    /// (every earlier such write is ordered before that one), and every wildcard read older than
-    /// that write is ordered before it too.
-    fn create_key_state(&mut self, key: &str, _resource: &Pattern) {
-        self.prefixes_of(key, true);
-        let mut latest: Option<WildEntry> = None;
-        for prefix in &self.scratch_prefixes {
-            let Some(bucket) = self.wild.get(prefix) else {
-                continue;
-            };
-            for e in bucket.writes.iter().rev() {
-                if latest.is_some_and(|l| l.seq > e.seq) {
-                    break;
-                }
-                if self.patterns[e.pattern as usize].matches(key) {
-                    latest = Some(*e);
-                    break;
-                }
-            }
-        }
-        let key: Arc<str> = Arc::from(key);
-        self.exact_sorted.insert(key.clone());
-        self.exact.insert(
-            key,
-            KeyState {
-                last_writer: latest.map(|e| e.call),
-                readers: Vec::new(),
-                reads_synced: latest.map_or(0, |e| e.seq + 1),
-            },
-        );
     }
 
     fn insert_wild(&mut self, call: usize, resource: &Pattern, mode: AccessMode) {
@@ -383,24 +450,28 @@ impl ConflictIndex {
 
         // 1. Exact resources this pattern matches.
         self.scratch_keys.clear();
-        for k in self.exact_sorted.range::<str, _>((
+        let exact = &self.exact;
+        let sorted = self
+            .exact_sorted
+            .get_or_insert_with(|| exact.keys().cloned().collect());
+        for k in sorted.range::<str, _>((
             std::ops::Bound::Included(prefix),
             std::ops::Bound::Unbounded,
         )) {
-            if !k.starts_with(prefix) {
+            if !k.as_str().starts_with(prefix) {
                 break;
             }
-            if resource.matches(k) {
+            if resource.matches(k.as_str()) {
                 self.scratch_keys.push(k.clone());
             }
         }
         let keys = std::mem::take(&mut self.scratch_keys);
         let seq = self.seq;
         for k in &keys {
-            let Some(state) = self.exact.get_mut(&**k) else {
+            let Some(state) = self.exact.get_mut(k.as_str()) else {
                 continue;
             };
-            let (last_writer, label) = (state.last_writer, Pattern::literal(k));
+            let (last_writer, label) = (state.last_writer, k.0.clone());
             match mode {
                 AccessMode::Read => {
                     if let Some(w) = last_writer {
@@ -409,16 +480,20 @@ impl ConflictIndex {
                 }
                 AccessMode::Write => {
                     // This write takes the resource over (no newer wildcard writer).
-                    let readers = std::mem::take(&mut state.readers);
                     state.last_writer = Some(call);
                     state.reads_synced = seq + 1;
-                    if readers.iter().any(|r| *r != call) {
-                        for r in readers {
-                            self.edge(r, call, &label, EdgeKind::WriteAfterRead);
+                    let mut readers = std::mem::take(&mut self.scratch_calls);
+                    readers.clear();
+                    readers.extend(state.readers.drain(..).filter(|r| *r != call));
+                    if readers.is_empty() {
+                        if let Some(w) = last_writer {
+                            self.edge(w, call, &label, EdgeKind::WriteAfterWrite);
                         }
-                    } else if let Some(w) = last_writer {
-                        self.edge(w, call, &label, EdgeKind::WriteAfterWrite);
                     }
+                    for r in readers.drain(..) {
+                        self.edge(r, call, &label, EdgeKind::WriteAfterRead);
+                    }
+                    self.scratch_calls = readers;
                 }
             }
         }
@@ -535,7 +610,9 @@ impl ConflictIndex {
             s.last_writer.is_some() || !s.readers.is_empty()
         });
         let exact = &self.exact;
-        self.exact_sorted.retain(|k| exact.contains_key(k));
+        if let Some(sorted) = &mut self.exact_sorted {
+            sorted.retain(|k| exact.contains_key(k));
+        }
         let mut emptied = Vec::new();
         for (p, b) in self.wild.iter_mut() {
             b.reads.retain(|e| !finished(e.call));

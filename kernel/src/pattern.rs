@@ -298,7 +298,7 @@ pub fn escape(s: &str) -> String {
 
 impl PartialEq for Pattern {
     fn eq(&self, other: &Self) -> bool {
-        self.0.tokens == other.0.tokens
+        Arc::ptr_eq(&self.0, &other.0) || self.0.tokens == other.0.tokens
     }
 }
 

@@ -148,3 +148,107 @@ impl Batch {
         Ok(())
     }
 }
+
+/// How a call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// The handler returned an output that fits the output schema.
+    Ok,
+    /// The call failed: unknown tool, invalid input or output, a handler error or panic.
+    Error,
+    /// The call's deadline passed.
+    Timeout,
+    /// The policy denied an access.
+    Denied,
+    /// An ask was not approved (rejected, timed out, or the approver failed).
+    Rejected,
+    /// A call it depends on failed, and the batch runs with `skip-dependents`.
+    Skipped,
+    /// The batch was cancelled before the call ended.
+    Cancelled,
+}
+
+impl Status {
+    /// The status as cli.md spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Error => "error",
+            Status::Timeout => "timeout",
+            Status::Denied => "denied",
+            Status::Rejected => "rejected",
+            Status::Skipped => "skipped",
+            Status::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a call did not end `ok`: a short code and a message for the model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallError {
+    /// `unknown-tool`, `invalid-input`, `invalid-output`, `denied`, `rejected`, `skipped`,
+    /// `timeout`, `cancelled`, `panic`, `missing-need`, `no-handler`, or a handler's own code.
+    pub code: String,
+    /// What happened, plainly (naming the rule, approver or failed call where there is one).
+    pub message: String,
+}
+
+impl CallError {
+    /// Builds a call error.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        CallError {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// One call's result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallResult {
+    /// The call id.
+    pub id: String,
+    /// The tool id.
+    pub tool: String,
+    /// How it ended.
+    pub status: Status,
+    /// The output, for `ok`.
+    pub output: Option<Value>,
+    /// Why it did not end `ok`.
+    pub error: Option<CallError>,
+    /// When the handler started, from the batch's start (`None` if it never started).
+    pub started: Option<std::time::Duration>,
+    /// When it ended, from the batch's start (`None` if it never started).
+    pub ended: Option<std::time::Duration>,
+    /// The authorization (`None` for a call refused before authorization).
+    pub authorization: Option<crate::authorize::Authorization>,
+    /// Who approved (or rejected) an ask.
+    pub approver: Option<String>,
+}
+
+/// A batch's results, in submission order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchResult {
+    /// The batch id the kernel gave it.
+    pub batch_id: String,
+    /// The tenant.
+    pub tenant: String,
+    /// One result per call, in submission order.
+    pub results: Vec<CallResult>,
+    /// From the batch's start to its last call's end.
+    pub makespan: std::time::Duration,
+}
+
+impl BatchResult {
+    /// The result of the call with this id.
+    pub fn get(&self, id: &str) -> Option<&CallResult> {
+        self.results.iter().find(|r| r.id == id)
+    }
+}

@@ -56,6 +56,26 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A tool has no way to run (no native handler) and the kernel was not told to accept it.
+    #[error(
+        "the tool `{id}` (from {source_name}) has no native handler the kernel can run; register \
+         one, or allow unrunnable tools"
+    )]
+    Unrunnable {
+        /// The tool id.
+        id: String,
+        /// Where its manifest came from.
+        source_name: String,
+    },
+    /// Batches run on tokio: the kernel was used outside a runtime.
+    #[error("the kernel must be used inside a tokio runtime")]
+    NoRuntime,
+    /// A call was submitted to a batch already closed.
+    #[error("call `{id}` was submitted after its batch was closed")]
+    BatchClosed {
+        /// The call id.
+        id: String,
+    },
     /// Two calls of one batch share an id.
     #[error("the call id `{id}` is used twice in the batch (at /calls/{first}/id and /calls/{second}/id)")]
     DuplicateCallId {

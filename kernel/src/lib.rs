@@ -36,16 +36,21 @@
 )]
 
 pub mod access;
+pub mod authorize;
 pub mod batch;
 pub mod builtin;
 pub mod context;
+mod dispatch;
 pub mod error;
 pub mod graph;
+pub mod kernel;
 pub mod load;
 pub mod manifest;
 pub mod pattern;
 pub mod plan;
+pub mod provenance;
 pub mod registry;
+mod scheduler;
 pub mod template;
 pub mod tool;
 pub mod validate;

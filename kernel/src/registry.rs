@@ -196,6 +196,11 @@ impl ToolRegistry {
 
     /// Registers a compiled tool; refuses an id already taken, naming both places.
     pub fn insert(&mut self, tool: Tool) -> Result<()> {
+        self.insert_arc(Arc::new(tool))
+    }
+
+    /// Registers a shared compiled tool, as [`ToolRegistry::insert`] does.
+    pub fn insert_arc(&mut self, tool: Arc<Tool>) -> Result<()> {
         let id = tool.id().to_owned();
         if let Some(existing) = self.tools.get(&id) {
             return Err(Error::DuplicateTool {
@@ -205,7 +210,7 @@ impl ToolRegistry {
             });
         }
         self.order.push(id.clone());
-        self.tools.insert(id, Arc::new(tool));
+        self.tools.insert(id, tool);
         Ok(())
     }
 

@@ -71,9 +71,9 @@ pub fn handler<H: Handler>(h: H) -> std::sync::Arc<dyn Handler> {
     std::sync::Arc::new(h)
 }
 
-/// What a handler knows of the call it carries out.
+/// What a handler knows of the call it carries out, and what it may reach.
 ///
-/// Cheap to clone. See [`crate::context`] for the typed dependency injection built on it.
+/// Cheap to clone. See [`crate::context`] for the typed dependency injection behind it.
 #[derive(Debug, Clone)]
 pub struct ToolContext {
     pub(crate) inner: std::sync::Arc<crate::context::ContextInner>,

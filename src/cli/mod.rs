@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 pub(crate) mod common;
 mod plan;
+mod run;
 mod validate;
 
 /// Sluice: run an AI agent's batch of tool calls concurrently where they cannot conflict, in
@@ -27,6 +28,10 @@ enum Command {
     /// Show how a batch would run: each call's accesses, the conflict edges between calls (with
     /// the resource and kind behind each), the waves and a critical path. Runs nothing.
     Plan(plan::Args),
+    /// Run a batch: calls that cannot conflict run together, conflicting ones in submission
+    /// order, each starting as soon as its predecessors finish. Prints every call's result in
+    /// submission order. Exit 0 when the batch ran, whatever each call's status.
+    Run(run::Args),
 }
 
 /// Output format of `validate`.
@@ -43,6 +48,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Validate(a) => validate::run(a),
         Command::Plan(a) => plan::run(a),
+        Command::Run(a) => run::run(a),
     }
 }
 

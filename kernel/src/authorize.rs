@@ -1,0 +1,216 @@
+//! Authorization: may this call's accesses happen for this tenant, and who said so.
+//!
+//! Takes in: a call's tenant, tool and accesses ([`AuthRequest`]). Hands on: an [`Authorization`]
+//! — `allow`, `ask` or `deny`, with `by` naming the rule, default or mode behind it. An `ask` goes
+//! to the [`Approver`] (the human in the loop); only an explicit approval runs the call, and a
+//! rejection, a timeout or an approver error is a rejection (fail closed).
+//!
+//! The kernel defines these traits and depends on no policy engine: `sluice-policy` implements
+//! [`Authorizer`]; the default, [`AllowAll`], allows everything and asks nothing. Closures
+//! implement both traits:
+//!
+//! ```
+//! use sluice_kernel::authorize::{Authorization, AuthRequest, Authorizer, Decision};
+//! let no_deletes = |req: &AuthRequest<'_>| {
+//!     if req.accesses.iter().any(|a| a.kind.as_str() == "deletes") {
+//!         Authorization::new(Decision::Deny, "no-deletes")
+//!     } else {
+//!         Authorization::new(Decision::Allow, "default")
+//!     }
+//! };
+//! fn takes(_: &dyn Authorizer) {}
+//! takes(&no_deletes);
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::access::Access;
+use crate::manifest::Manifest;
+
+/// The three decisions, loosest first: the strictest of several wins (`deny > ask > allow`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    /// The call may run.
+    Allow,
+    /// The call may run if a person approves it.
+    Ask,
+    /// The call may not run.
+    Deny,
+}
+
+impl Decision {
+    /// `"allow"`, `"ask"` or `"deny"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allow => "allow",
+            Decision::Ask => "ask",
+            Decision::Deny => "deny",
+        }
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A decision with its reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Authorization {
+    /// The decision.
+    pub decision: Decision,
+    /// What made it: a rule id, `default`, `mode:<mode>`, `pure`, `unknown-tenant`, or for the
+    /// embedded default `no-policy`.
+    pub by: String,
+    /// For an `ask` that comes from the tool's `ask_on_first_use` mode: an approval is
+    /// remembered per tenant and tool (see [`Authorizer::remember_approval`]), and concurrent
+    /// first uses ask once.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub first_use: bool,
+}
+
+impl Authorization {
+    /// A decision made by `by`.
+    pub fn new(decision: Decision, by: impl Into<String>) -> Self {
+        Authorization {
+            decision,
+            by: by.into(),
+            first_use: false,
+        }
+    }
+}
+
+/// What an authorizer is asked about.
+#[derive(Debug, Clone, Copy)]
+pub struct AuthRequest<'a> {
+    /// The tenant.
+    pub tenant: &'a str,
+    /// The call id.
+    pub call_id: &'a str,
+    /// The tool's manifest.
+    pub tool: &'a Manifest,
+    /// The call's input.
+    pub input: &'a Value,
+    /// The call's accesses.
+    pub accesses: &'a [Access],
+}
+
+/// Decides calls. Synchronous: a decision must be quick and never wait on I/O (asking a person
+/// is the [`Approver`]'s job).
+pub trait Authorizer: Send + Sync + 'static {
+    /// The decision for one call.
+    fn authorize(&self, request: &AuthRequest<'_>) -> Authorization;
+
+    /// Called after a person approved a `first_use` ask, so that later calls of the tool by the
+    /// tenant are not asked again. Default: nothing is remembered.
+    fn remember_approval(&self, _tenant: &str, _tool: &str) {}
+}
+
+impl<F> Authorizer for F
+where
+    F: Fn(&AuthRequest<'_>) -> Authorization + Send + Sync + 'static,
+{
+    fn authorize(&self, request: &AuthRequest<'_>) -> Authorization {
+        self(request)
+    }
+}
+
+/// The default authorizer: everything is allowed (`by: no-policy`) and nothing asks.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AllowAll;
+
+impl Authorizer for AllowAll {
+    fn authorize(&self, _request: &AuthRequest<'_>) -> Authorization {
+        Authorization::new(Decision::Allow, "no-policy")
+    }
+}
+
+/// An `ask` on its way to a person.
+#[derive(Debug, Clone)]
+pub struct ApprovalRequest {
+    /// The tenant.
+    pub tenant: String,
+    /// The call id.
+    pub call_id: String,
+    /// The tool id.
+    pub tool: String,
+    /// The call's input.
+    pub input: Value,
+    /// The call's accesses.
+    pub accesses: Vec<Access>,
+    /// Why it asks.
+    pub authorization: Authorization,
+}
+
+/// A person's (or a program's) answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApprovalOutcome {
+    /// Run the call.
+    Approved {
+        /// Who approved.
+        by: String,
+    },
+    /// Do not run it.
+    Rejected {
+        /// Who rejected.
+        by: String,
+        /// Why, for the model.
+        reason: String,
+    },
+}
+
+/// The future an approver returns; an `Err` is an approver failure, treated as a rejection.
+pub type ApprovalFuture =
+    Pin<Box<dyn Future<Output = Result<ApprovalOutcome, String>> + Send + 'static>>;
+
+/// Answers asks. The kernel waits for it with a timeout (a timeout is a rejection).
+pub trait Approver: Send + Sync + 'static {
+    /// Asks about one call.
+    fn approve(&self, request: ApprovalRequest) -> ApprovalFuture;
+}
+
+/// Approves every ask (`--approve all`), recording the approver as `auto-approve`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApproveAll;
+
+impl Approver for ApproveAll {
+    fn approve(&self, _request: ApprovalRequest) -> ApprovalFuture {
+        Box::pin(async {
+            Ok(ApprovalOutcome::Approved {
+                by: "auto-approve".into(),
+            })
+        })
+    }
+}
+
+/// Rejects every ask (`--approve none`, the default): fail closed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RejectAll;
+
+impl Approver for RejectAll {
+    fn approve(&self, _request: ApprovalRequest) -> ApprovalFuture {
+        Box::pin(async {
+            Ok(ApprovalOutcome::Rejected {
+                by: "no-approver".into(),
+                reason: "no approver is configured, so every ask is rejected".into(),
+            })
+        })
+    }
+}
+
+impl<F, Fut> Approver for F
+where
+    F: Fn(ApprovalRequest) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<ApprovalOutcome, String>> + Send + 'static,
+{
+    fn approve(&self, request: ApprovalRequest) -> ApprovalFuture {
+        Box::pin(self(request))
+    }
+}

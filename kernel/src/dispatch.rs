@@ -1,0 +1,554 @@
+//! The dispatch pipeline: the stages one call goes through.
+//!
+//! Takes in: a submitted call. Hands on: its [`CallResult`], recorded and delivered. The stages,
+//! each a short function over one [`CallJob`]:
+//!
+//! 1. **resolve** and **validate** the input ([`PreparedCall`]: `unknown-tool`, `invalid-input`);
+//! 2. **authorize** (`denied` ends here; `ask` starts the approval at once);
+//! 3. **order**: insert into the tenant's conflict domain (a refused call never enters it: it
+//!    changes nothing);
+//! 4. **wait** for the predecessors and the approval (`rejected`, `skipped`, `cancelled`);
+//! 5. **invoke** the handler in its own task under its deadline (`timeout`, `panic`), then check
+//!    the output (`invalid-output`);
+//! 6. **release** the successors, **record** provenance, **deliver** the result.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::sync::OnceCell;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::authorize::{ApprovalOutcome, ApprovalRequest, AuthRequest, Authorization, Decision};
+use crate::batch::{CallError, CallResult, Status};
+use crate::kernel::{BatchShared, KernelInner, OnFailure};
+use crate::plan::PreparedCall;
+use crate::provenance::{self, AccessRecord, CallRecord, EdgeRecord, Record};
+use crate::scheduler::{Inserted, Owner, TenantDomain, Upstream};
+use crate::tool::{ToolContext, ToolError};
+
+/// Everything one call's stages share.
+pub(crate) struct CallJob {
+    pub(crate) kernel: Arc<KernelInner>,
+    pub(crate) batch: Arc<BatchShared>,
+    /// Position in the batch (submission order).
+    pub(crate) index: usize,
+    /// Kernel-wide submission sequence (for the ready queue's order).
+    pub(crate) seq: u64,
+    pub(crate) priority: i32,
+    pub(crate) prepared: PreparedCall,
+    pub(crate) authorization: Option<Authorization>,
+    pub(crate) approver: Option<String>,
+    started: Option<Instant>,
+    ended: Option<Instant>,
+    /// Secret values handed out to the handler, for redaction.
+    secrets: Vec<String>,
+}
+
+/// How a call ended, before it becomes a [`CallResult`].
+struct Outcome {
+    status: Status,
+    output: Option<Value>,
+    error: Option<CallError>,
+}
+
+impl Outcome {
+    fn ok(output: Value) -> Self {
+        Outcome {
+            status: Status::Ok,
+            output: Some(output),
+            error: None,
+        }
+    }
+
+    fn fail(status: Status, code: &str, message: impl Into<String>) -> Self {
+        Outcome {
+            status,
+            output: None,
+            error: Some(CallError::new(code, message)),
+        }
+    }
+
+    /// Whether dependents should count this call as failed (for `skip-dependents`). A denied or
+    /// rejected call changed nothing, so its dependents run.
+    fn counts_as_failure(&self) -> bool {
+        !matches!(self.status, Status::Ok | Status::Denied | Status::Rejected)
+    }
+}
+
+/// Submits one call: the synchronous stages (resolve, validate, authorize, order) run here, in
+/// the submitter's order; the rest runs in a task.
+pub(crate) fn submit(
+    kernel: Arc<KernelInner>,
+    batch: Arc<BatchShared>,
+    index: usize,
+    seq: u64,
+    priority: i32,
+    prepared: PreparedCall,
+) {
+    let mut job = CallJob {
+        kernel,
+        batch,
+        index,
+        seq,
+        priority,
+        prepared,
+        authorization: None,
+        approver: None,
+        started: None,
+        ended: None,
+        secrets: Vec::new(),
+    };
+    let span = tracing::info_span!(
+        "sluice.call",
+        tenant = %job.batch.tenant,
+        batch = %job.batch.id,
+        call = %job.prepared.call.id,
+        tool = %job.prepared.call.tool,
+        accesses = %accesses_text(&job.prepared),
+        decision = tracing::field::Empty,
+        status = tracing::field::Empty,
+    );
+    let _entered = span.enter();
+
+    // 1. resolve, validate (done by PreparedCall).
+    if let Some(r) = &job.prepared.rejection {
+        let outcome = Outcome::fail(Status::Error, r.code(), r.message(&job.prepared.call));
+        spawn_finish(job, outcome, None, Vec::new(), span.clone());
+        return;
+    }
+    // 2. authorize.
+    let auth = authorize(&job);
+    span.record("decision", auth.decision.as_str());
+    job.authorization = Some(auth.clone());
+    if auth.decision == Decision::Deny {
+        let outcome = Outcome::fail(
+            Status::Denied,
+            "denied",
+            format!(
+                "call `{}` ({}) was denied by {}",
+                job.prepared.call.id,
+                job.prepared.call.tool,
+                describe_by(&auth.by)
+            ),
+        );
+        spawn_finish(job, outcome, None, Vec::new(), span.clone());
+        return;
+    }
+    // 3. order.
+    let domain = job.kernel.domain(&job.batch.tenant);
+    let inserted = match domain.lock() {
+        Ok(mut d) => d.insert(
+            Owner {
+                batch: job.batch.id.clone(),
+                call: Arc::from(job.prepared.call.id.as_str()),
+            },
+            &job.prepared.accesses,
+        ),
+        Err(_) => {
+            let outcome = Outcome::fail(
+                Status::Error,
+                "internal",
+                "the tenant's scheduler state is poisoned by an earlier panic",
+            );
+            spawn_finish(job, outcome, None, Vec::new(), span.clone());
+            return;
+        }
+    };
+    job.batch.note_position(inserted.position);
+    let edges = edge_records(&job, &inserted);
+    let task_span = span.clone();
+    tokio::spawn(
+        async move { run_ordered(job, domain, inserted, edges).await }.instrument(task_span),
+    );
+}
+
+fn accesses_text(p: &PreparedCall) -> String {
+    p.accesses
+        .iter()
+        .map(|a| format!("{} {}", a.kind, a.resource))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn describe_by(by: &str) -> String {
+    match by {
+        "default" => "the tenant's default decision".into(),
+        "unknown-tenant" => "policy: the tenant is unknown".into(),
+        b if b.starts_with("mode:") => format!("the tool's mode `{}`", &b[5..]),
+        b => format!("rule `{b}`"),
+    }
+}
+
+fn authorize(job: &CallJob) -> Authorization {
+    let Some(tool) = &job.prepared.tool else {
+        return Authorization::new(Decision::Deny, "unknown-tool");
+    };
+    job.kernel.authorizer.authorize(&AuthRequest {
+        tenant: &job.batch.tenant,
+        call_id: &job.prepared.call.id,
+        tool: tool.manifest(),
+        input: &job.prepared.call.input,
+        accesses: &job.prepared.accesses,
+    })
+}
+
+fn edge_records(job: &CallJob, inserted: &Inserted) -> Vec<EdgeRecord> {
+    inserted
+        .edges
+        .iter()
+        .map(|f| EdgeRecord {
+            tenant: job.batch.tenant.to_string(),
+            from_batch: f.from.batch.to_string(),
+            from: f.from.call.to_string(),
+            to_batch: job.batch.id.to_string(),
+            to: job.prepared.call.id.clone(),
+            resource: f.edge.resource.to_text(),
+            kind: f.edge.kind.as_str().to_owned(),
+            causal: f.edge.kind.is_causal(),
+        })
+        .collect()
+}
+
+/// Stages 4-6 for a call that entered the conflict domain.
+async fn run_ordered(
+    mut job: CallJob,
+    domain: Arc<std::sync::Mutex<TenantDomain>>,
+    inserted: Inserted,
+    edges: Vec<EdgeRecord>,
+) {
+    let cancel = job.batch.cancel.clone();
+    let approval = start_approval(&job);
+    // 4. wait for the predecessors (a cancelled call still waits before it releases anyone:
+    //    release after predecessors).
+    let mut ready = inserted.ready;
+    let upstream = tokio::select! {
+        biased;
+        u = &mut ready => u.unwrap_or_default(),
+        _ = cancel.cancelled() => {
+            let outcome = Outcome::fail(Status::Cancelled, "cancelled", "the batch was cancelled before the call started");
+            let (domain2, position) = (domain.clone(), inserted.position);
+            let id = job.prepared.call.id.clone();
+            // Report now; release the successors once the predecessors are done.
+            tokio::spawn(async move {
+                let _ = ready.await;
+                release(&domain2, position, Some(&id));
+            });
+            finish(job, outcome, None, edges).await;
+            return;
+        }
+    };
+    let outcome = match approval {
+        None => None,
+        Some(fut) => match fut.await {
+            ApprovalOutcome::Approved { by } => {
+                job.approver = Some(by);
+                None
+            }
+            ApprovalOutcome::Rejected { by, reason } => {
+                let msg = format!(
+                    "call `{}` ({}) asked for approval and was rejected by {by}: {reason}",
+                    job.prepared.call.id, job.prepared.call.tool
+                );
+                job.approver = Some(by);
+                Some(Outcome::fail(Status::Rejected, "rejected", msg))
+            }
+        },
+    };
+    let outcome = match outcome {
+        Some(o) => o,
+        None => match (&upstream, job.batch.on_failure) {
+            (Upstream { failed: Some(f) }, OnFailure::SkipDependents) => Outcome::fail(
+                Status::Skipped,
+                "skipped",
+                format!(
+                    "call `{}` was skipped because `{f}`, which it depends on, failed",
+                    job.prepared.call.id
+                ),
+            ),
+            _ => invoke(&mut job, &cancel).await,
+        },
+    };
+    job.ended.get_or_insert_with(Instant::now);
+    // 6. release, then record and deliver.
+    let failed = outcome
+        .counts_as_failure()
+        .then(|| job.prepared.call.id.clone());
+    release(&domain, inserted.position, failed.as_deref());
+    finish(job, outcome, None, edges).await;
+}
+
+fn release(domain: &std::sync::Mutex<TenantDomain>, position: usize, failed: Option<&str>) {
+    if let Ok(mut d) = domain.lock() {
+        d.finish(position, failed);
+    }
+}
+
+/// Starts asking at once (a call waiting for approval blocks only its dependents); concurrent
+/// first uses of one tool by one tenant share one ask.
+fn start_approval(
+    job: &CallJob,
+) -> Option<std::pin::Pin<Box<dyn std::future::Future<Output = ApprovalOutcome> + Send>>> {
+    let auth = job.authorization.clone()?;
+    if auth.decision != Decision::Ask {
+        return None;
+    }
+    let kernel = job.kernel.clone();
+    let request = ApprovalRequest {
+        tenant: job.batch.tenant.to_string(),
+        call_id: job.prepared.call.id.clone(),
+        tool: job.prepared.call.tool.clone(),
+        input: job.prepared.call.input.clone(),
+        accesses: job.prepared.accesses.clone(),
+        authorization: auth.clone(),
+    };
+    let ask = {
+        let kernel = kernel.clone();
+        move |request: ApprovalRequest| async move {
+            let timeout = kernel.options.approval_timeout;
+            match tokio::time::timeout(timeout, kernel.approver.approve(request)).await {
+                Ok(Ok(o)) => o,
+                Ok(Err(e)) => ApprovalOutcome::Rejected {
+                    by: "approver-error".into(),
+                    reason: format!("the approver failed: {e}"),
+                },
+                Err(_) => ApprovalOutcome::Rejected {
+                    by: "approval-timeout".into(),
+                    reason: format!("no answer within {} ms", timeout.as_millis()),
+                },
+            }
+        }
+    };
+    let task = tokio::spawn(async move {
+        if !auth.first_use {
+            return ask(request).await;
+        }
+        let key = (request.tenant.clone(), request.tool.clone());
+        let cell: Arc<OnceCell<ApprovalOutcome>> = kernel
+            .first_use
+            .entry(key.clone())
+            .or_insert_with(|| Arc::new(OnceCell::new()))
+            .clone();
+        let (tenant, tool) = key.clone();
+        let outcome = cell
+            .get_or_init(|| async {
+                let o = ask(request).await;
+                if matches!(o, ApprovalOutcome::Approved { .. }) {
+                    kernel.authorizer.remember_approval(&tenant, &tool);
+                }
+                o
+            })
+            .await
+            .clone();
+        // The next first use after a rejection asks again; after an approval the authorizer
+        // remembers it.
+        kernel
+            .first_use
+            .remove_if(&key, |_, c| Arc::ptr_eq(c, &cell));
+        outcome
+    });
+    Some(Box::pin(async move {
+        task.await.unwrap_or(ApprovalOutcome::Rejected {
+            by: "approver-error".into(),
+            reason: "the approval task failed".into(),
+        })
+    }))
+}
+
+/// 5. invoke: the handler in its own task, under its deadline, watching the batch's
+/// cancellation; then the output check.
+async fn invoke(job: &mut CallJob, batch_cancel: &CancellationToken) -> Outcome {
+    let Some(tool) = job.prepared.tool.clone() else {
+        return Outcome::fail(Status::Error, "unknown-tool", "no such tool");
+    };
+    let _permit = tokio::select! {
+        biased;
+        _ = batch_cancel.cancelled() => {
+            return Outcome::fail(Status::Cancelled, "cancelled", "the batch was cancelled before the call started");
+        }
+        p = job.kernel.ready.acquire(job.priority, job.seq, tool.id()) => p,
+    };
+    let Some(handler) = tool.handler().cloned() else {
+        return Outcome::fail(
+            Status::Error,
+            "no-handler",
+            format!(
+                "the tool `{}` has no native handler, HTTP spec or MCP endpoint the kernel can run",
+                tool.id()
+            ),
+        );
+    };
+    let call_cancel = batch_cancel.child_token();
+    let ctx = ToolContext::new(
+        &job.batch.tenant,
+        &job.batch.id,
+        &job.prepared.call.id,
+        tool.manifest().clone(),
+        call_cancel.clone(),
+        job.kernel.provisions.clone(),
+    );
+    if let Err(e) = ctx.check_required() {
+        job.secrets = ctx.handed_out();
+        return Outcome::fail(
+            Status::Error,
+            "missing-need",
+            format!("call `{}` cannot run: {e}", job.prepared.call.id),
+        );
+    }
+    let deadline = tool
+        .manifest()
+        .limits
+        .map(|l| Duration::from_millis(l.cpu_ms.get()))
+        .or(job.kernel.options.default_timeout);
+    job.started = Some(Instant::now());
+    let mut task = tokio::spawn(handler.call(ctx.clone(), job.prepared.call.input.clone()));
+    let sleep = async {
+        match deadline {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    let joined = tokio::select! {
+        r = &mut task => Some(r),
+        _ = sleep => None,
+        _ = batch_cancel.cancelled() => {
+            call_cancel.cancel();
+            task.abort();
+            let _ = (&mut task).await;
+            job.ended = Some(Instant::now());
+            job.secrets = ctx.handed_out();
+            return Outcome::fail(Status::Cancelled, "cancelled", "the batch was cancelled while the call ran");
+        }
+    };
+    job.secrets = ctx.handed_out();
+    let Some(joined) = joined else {
+        call_cancel.cancel();
+        task.abort();
+        let _ = (&mut task).await;
+        job.ended = Some(Instant::now());
+        let ms = deadline.map(|d| d.as_millis()).unwrap_or(0);
+        return Outcome::fail(
+            Status::Timeout,
+            "timeout",
+            format!("call `{}` timed out after {ms} ms", job.prepared.call.id),
+        );
+    };
+    job.ended = Some(Instant::now());
+    match joined {
+        Ok(Ok(output)) => match tool.check_output(&output) {
+            Ok(()) => Outcome::ok(output),
+            Err(d) => Outcome::fail(
+                Status::Error,
+                "invalid-output",
+                format!(
+                    "the output of `{}` fails its schema at `{}`: {}",
+                    tool.id(),
+                    d.pointer,
+                    d.message
+                ),
+            ),
+        },
+        Ok(Err(ToolError { code, message })) => Outcome::fail(Status::Error, &code, message),
+        Err(e) if e.is_panic() => {
+            let payload = e.into_panic();
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            Outcome::fail(
+                Status::Error,
+                "panic",
+                format!("the handler of `{}` panicked: {what}", tool.id()),
+            )
+        }
+        Err(_) => Outcome::fail(
+            Status::Cancelled,
+            "cancelled",
+            "the handler task was cancelled",
+        ),
+    }
+}
+
+fn spawn_finish(
+    job: CallJob,
+    outcome: Outcome,
+    approver: Option<String>,
+    edges: Vec<EdgeRecord>,
+    span: tracing::Span,
+) {
+    tokio::spawn(async move { finish(job, outcome, approver, edges).await }.instrument(span));
+}
+
+/// 6. record and deliver.
+async fn finish(job: CallJob, outcome: Outcome, approver: Option<String>, edges: Vec<EdgeRecord>) {
+    let approver = approver.or(job.approver.clone());
+    let secrets = &job.secrets;
+    let error = outcome.error.map(|e| CallError {
+        code: e.code,
+        message: provenance::redact(&e.message, secrets),
+    });
+    tracing::Span::current().record("status", outcome.status.as_str());
+    let batch = &job.batch;
+    let rel = |t: Option<Instant>| t.map(|t| t.saturating_duration_since(batch.started));
+    let (started, ended) = match job.started {
+        Some(_) => (rel(job.started), rel(job.ended)),
+        None => (None, None),
+    };
+    let record = CallRecord {
+        batch: batch.id.to_string(),
+        tenant: batch.tenant.to_string(),
+        call: job.prepared.call.id.clone(),
+        tool: job.prepared.call.tool.clone(),
+        tool_version: job
+            .prepared
+            .tool
+            .as_ref()
+            .map(|t| t.manifest().version.to_string()),
+        input_sha256: provenance::sha256_json(&job.prepared.call.input),
+        output_sha256: outcome.output.as_ref().map(provenance::sha256_json),
+        accesses: job
+            .prepared
+            .accesses
+            .iter()
+            .map(|a| AccessRecord {
+                kind: a.kind.as_str().to_owned(),
+                resource: a.resource.to_text(),
+                mode: a.mode().as_str().to_owned(),
+            })
+            .collect(),
+        decision: job
+            .authorization
+            .as_ref()
+            .map(|a| a.decision.as_str().to_owned()),
+        decided_by: job.authorization.as_ref().map(|a| a.by.clone()),
+        approver: approver.clone(),
+        started_at_ms: started.map(|d| batch.unix_ms(d)),
+        ended_at_ms: ended.map(|d| batch.unix_ms(d)),
+        outcome: outcome.status,
+        error_code: error.as_ref().map(|e| e.code.clone()),
+        error_message: error.as_ref().map(|e| e.message.clone()),
+    };
+    let sink = job.kernel.sink.clone();
+    for e in edges {
+        if let Err(why) = sink.record(Record::Edge(e)).await {
+            tracing::error!(error = %why, "the provenance sink refused an edge record");
+        }
+    }
+    if let Err(why) = sink.record(Record::Call(record)).await {
+        tracing::error!(error = %why, "the provenance sink refused a call record");
+    }
+    let result = CallResult {
+        id: job.prepared.call.id.clone(),
+        tool: job.prepared.call.tool.clone(),
+        status: outcome.status,
+        output: outcome.output,
+        error,
+        started,
+        ended,
+        authorization: job.authorization.clone(),
+        approver,
+    };
+    job.batch.deliver(job.index, result, &job.kernel).await;
+}

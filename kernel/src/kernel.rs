@@ -1,0 +1,675 @@
+//! The kernel: what an agent loop embeds.
+//!
+//! Takes in: tools (manifest + handler), an [`Authorizer`], an [`Approver`], a
+//! [`ProvenanceSink`] and options, once, through [`KernelBuilder`]; then batches. Hands on:
+//! results in submission order ([`Kernel::run`]), or completions as they happen
+//! ([`BatchHandle`] is a `futures::Stream`), from batches submitted whole or call by call while
+//! the model is still streaming ([`Kernel::open`]).
+//!
+//! ```
+//! use sluice_kernel::{batch::{Batch, Call, Status}, builtin, kernel::Kernel};
+//! use serde_json::json;
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let kernel = Kernel::builder()
+//!     .tools(builtin::registry(builtin::BuiltinConfig::default()).unwrap())
+//!     .build()
+//!     .unwrap();
+//! let batch = Batch::new("acme", vec![
+//!     Call::new("w", "sluice.kv.put", json!({"key": "k", "value": 1})),
+//!     Call::new("r", "sluice.kv.get", json!({"key": "k"})),
+//! ]).unwrap();
+//! let result = kernel.run(batch).await.unwrap();
+//! assert_eq!(result.results[1].status, Status::Ok);
+//! assert_eq!(result.results[1].output.as_ref().unwrap()["value"], 1); // r ran after w
+//! # });
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use dashmap::DashMap;
+use tokio::sync::{mpsc, Notify, OnceCell};
+use tokio_util::sync::CancellationToken;
+
+use crate::access::Normalizers;
+use crate::authorize::{AllowAll, ApprovalOutcome, Approver, Authorizer, RejectAll};
+use crate::batch::{Batch, BatchResult, Call, CallResult};
+use crate::context::{Provisions, SecretResolver};
+use crate::error::{Error, Result};
+use crate::plan::{Plan, PreparedCall};
+use crate::provenance::{BatchRecord, NoProvenance, ProvenanceSink, Record};
+use crate::registry::{Tool, ToolRegistry};
+use crate::scheduler::{ReadyQueue, TenantDomain};
+
+/// What happens to the dependents of a call that fails (error, timeout, panic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnFailure {
+    /// They still run: the order existed for consistency, not because they need the result.
+    #[default]
+    Continue,
+    /// They are skipped, and theirs, transitively.
+    SkipDependents,
+}
+
+/// Options a kernel is built with (see [`KernelBuilder`] for the defaults).
+#[derive(Debug, Clone)]
+pub struct KernelOptions {
+    /// The most calls running at once across all tenants (`None`: no cap).
+    pub max_concurrency: Option<usize>,
+    /// The most calls of one tool running at once.
+    pub tool_concurrency: HashMap<String, usize>,
+    /// The default failure mode of a batch.
+    pub on_failure: OnFailure,
+    /// The deadline of a call whose tool declares no `limits.cpuMs` (`None`: none).
+    pub default_timeout: Option<Duration>,
+    /// How long an ask may wait for its approver before it is rejected.
+    pub approval_timeout: Duration,
+}
+
+impl Default for KernelOptions {
+    fn default() -> Self {
+        KernelOptions {
+            max_concurrency: None,
+            tool_concurrency: HashMap::new(),
+            on_failure: OnFailure::Continue,
+            default_timeout: None,
+            approval_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Options of one batch.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BatchOptions {
+    /// Overrides the kernel's failure mode for this batch.
+    pub on_failure: Option<OnFailure>,
+    /// Ready calls of higher priority get permits first (default 0); among equals, submission
+    /// order.
+    pub priority: i32,
+}
+
+/// The shared state of a kernel.
+pub(crate) struct KernelInner {
+    pub(crate) tools: ToolRegistry,
+    pub(crate) normalizers: Normalizers,
+    pub(crate) authorizer: Arc<dyn Authorizer>,
+    pub(crate) approver: Arc<dyn Approver>,
+    pub(crate) sink: Arc<dyn ProvenanceSink>,
+    pub(crate) options: KernelOptions,
+    pub(crate) provisions: Arc<Provisions>,
+    pub(crate) ready: Arc<ReadyQueue>,
+    domains: DashMap<String, Arc<Mutex<TenantDomain>>>,
+    /// In-flight first-use asks, per (tenant, tool).
+    pub(crate) first_use: DashMap<(String, String), Arc<OnceCell<ApprovalOutcome>>>,
+    seq: AtomicU64,
+    batches: AtomicU64,
+}
+
+impl KernelInner {
+    pub(crate) fn domain(&self, tenant: &str) -> Arc<Mutex<TenantDomain>> {
+        if let Some(d) = self.domains.get(tenant) {
+            return d.clone();
+        }
+        self.domains.entry(tenant.to_owned()).or_default().clone()
+    }
+}
+
+/// Builds a [`Kernel`]. Every setting has a default:
+/// tools: none; authorizer: [`AllowAll`]; approver: [`RejectAll`] (fail closed); provenance:
+/// [`NoProvenance`]; normalizers: [`Normalizers::default`] (`fs:`); options:
+/// [`KernelOptions::default`] (no caps, `continue`, no default timeout, approvals time out after
+/// 300 s); no secrets, env values, capabilities, bindings or need slots.
+#[derive(Default)]
+pub struct KernelBuilder {
+    tools: ToolRegistry,
+    pending: Vec<Arc<Tool>>,
+    normalizers: Option<Normalizers>,
+    authorizer: Option<Arc<dyn Authorizer>>,
+    approver: Option<Arc<dyn Approver>>,
+    sink: Option<Arc<dyn ProvenanceSink>>,
+    options: KernelOptions,
+    provisions: Provisions,
+    allow_unrunnable: bool,
+}
+
+impl fmt::Debug for KernelBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KernelBuilder")
+            .field("tools", &(self.tools.len() + self.pending.len()))
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl KernelBuilder {
+    /// Adds every tool of a registry.
+    pub fn tools(mut self, registry: ToolRegistry) -> Self {
+        self.pending.extend(registry.iter().cloned());
+        self
+    }
+
+    /// Adds one tool.
+    pub fn tool(mut self, tool: Tool) -> Self {
+        self.pending.push(Arc::new(tool));
+        self
+    }
+
+    /// The authorizer (default [`AllowAll`]).
+    pub fn authorizer(mut self, a: impl Authorizer) -> Self {
+        self.authorizer = Some(Arc::new(a));
+        self
+    }
+
+    /// The authorizer, shared.
+    pub fn authorizer_arc(mut self, a: Arc<dyn Authorizer>) -> Self {
+        self.authorizer = Some(a);
+        self
+    }
+
+    /// The approver that answers asks (default [`RejectAll`]).
+    pub fn approver(mut self, a: impl Approver) -> Self {
+        self.approver = Some(Arc::new(a));
+        self
+    }
+
+    /// The provenance sink (default [`NoProvenance`]).
+    pub fn provenance(mut self, s: impl ProvenanceSink) -> Self {
+        self.sink = Some(Arc::new(s));
+        self
+    }
+
+    /// The provenance sink, shared.
+    pub fn provenance_arc(mut self, s: Arc<dyn ProvenanceSink>) -> Self {
+        self.sink = Some(s);
+        self
+    }
+
+    /// The resource normalizers (default: `fs:` only).
+    pub fn normalizers(mut self, n: Normalizers) -> Self {
+        self.normalizers = Some(n);
+        self
+    }
+
+    /// The most calls running at once (default: no cap).
+    pub fn max_concurrency(mut self, n: usize) -> Self {
+        self.options.max_concurrency = Some(n.max(1));
+        self
+    }
+
+    /// The most calls of `tool` running at once (default: no cap).
+    pub fn tool_concurrency(mut self, tool: &str, n: usize) -> Self {
+        self.options
+            .tool_concurrency
+            .insert(tool.to_owned(), n.max(1));
+        self
+    }
+
+    /// The default failure mode (default [`OnFailure::Continue`]).
+    pub fn on_failure(mut self, mode: OnFailure) -> Self {
+        self.options.on_failure = mode;
+        self
+    }
+
+    /// The deadline of calls whose tool declares no `limits.cpuMs` (default: none).
+    pub fn default_timeout(mut self, d: Duration) -> Self {
+        self.options.default_timeout = Some(d);
+        self
+    }
+
+    /// How long an ask waits for the approver before it is rejected (default 300 s).
+    pub fn approval_timeout(mut self, d: Duration) -> Self {
+        self.options.approval_timeout = d;
+        self
+    }
+
+    /// The secret resolver handlers reach through [`crate::tool::ToolContext::resolve_secret`]
+    /// (default: none, so every secret is unavailable).
+    pub fn secrets(mut self, r: impl SecretResolver) -> Self {
+        self.provisions.secrets = Some(Arc::new(r));
+        self
+    }
+
+    /// An environment value for `needsSpec.env` (default: none).
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.provisions
+            .env
+            .insert(name.to_owned(), value.to_owned());
+        self
+    }
+
+    /// Grants a capability (default: none).
+    pub fn grant_capability(mut self, name: &str) -> Self {
+        self.provisions.capabilities.push(name.to_owned());
+        self
+    }
+
+    /// Grants a binding (default: none).
+    pub fn grant_binding(mut self, name: &str) -> Self {
+        self.provisions.bindings.push(name.to_owned());
+        self
+    }
+
+    /// Fills the named need slot (`ctx.need::<T>(name)`) (default: only `tenant`, `batch`, `call`).
+    pub fn need<T: std::any::Any + Send + Sync>(mut self, name: &str, value: T) -> Self {
+        self.provisions
+            .needs
+            .insert(name.to_owned(), Arc::new(value));
+        self
+    }
+
+    /// Accept tools the kernel cannot carry out (no native handler); their calls end with
+    /// `no-handler`. Default `false`: `build` refuses them, naming each.
+    pub fn allow_unrunnable_tools(mut self, yes: bool) -> Self {
+        self.allow_unrunnable = yes;
+        self
+    }
+
+    /// Builds the kernel; refuses duplicate tool ids and (unless allowed) tools it cannot run.
+    pub fn build(self) -> Result<Kernel> {
+        let mut tools = self.tools;
+        for t in self.pending {
+            if !self.allow_unrunnable && t.handler().is_none() {
+                return Err(Error::Unrunnable {
+                    id: t.id().to_owned(),
+                    source_name: t.source().to_string(),
+                });
+            }
+            tools.insert_arc(t)?;
+        }
+        let ready = Arc::new(ReadyQueue::new(
+            self.options.max_concurrency,
+            self.options.tool_concurrency.clone(),
+        ));
+        Ok(Kernel {
+            inner: Arc::new(KernelInner {
+                tools,
+                normalizers: self.normalizers.unwrap_or_default(),
+                authorizer: self.authorizer.unwrap_or_else(|| Arc::new(AllowAll)),
+                approver: self.approver.unwrap_or_else(|| Arc::new(RejectAll)),
+                sink: self.sink.unwrap_or_else(|| Arc::new(NoProvenance)),
+                options: self.options,
+                provisions: Arc::new(self.provisions),
+                ready,
+                domains: DashMap::new(),
+                first_use: DashMap::new(),
+                seq: AtomicU64::new(0),
+                batches: AtomicU64::new(0),
+            }),
+        })
+    }
+}
+
+/// The dispatch core an agent loop embeds. Cheap to clone; all clones share one state.
+#[derive(Clone)]
+pub struct Kernel {
+    inner: Arc<KernelInner>,
+}
+
+impl fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Kernel")
+            .field("tools", &self.inner.tools.len())
+            .field("tenants", &self.inner.domains.len())
+            .field("options", &self.inner.options)
+            .finish()
+    }
+}
+
+impl Kernel {
+    /// A builder with every default.
+    pub fn builder() -> KernelBuilder {
+        KernelBuilder::default()
+    }
+
+    /// The registered tools.
+    pub fn tools(&self) -> &ToolRegistry {
+        &self.inner.tools
+    }
+
+    /// Plans a batch without running it.
+    pub fn plan(&self, batch: Batch) -> Plan {
+        Plan::new(&self.inner.tools, &self.inner.normalizers, batch)
+    }
+
+    /// Opens a batch for `tenant` into which calls are submitted one at a time; each starts as
+    /// soon as it may. Must be called inside a tokio runtime.
+    pub fn open(&self, tenant: &str) -> Result<BatchHandle> {
+        self.open_with(tenant, BatchOptions::default())
+    }
+
+    /// [`Kernel::open`] with options.
+    pub fn open_with(&self, tenant: &str, options: BatchOptions) -> Result<BatchHandle> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::NoRuntime);
+        }
+        let n = self.inner.batches.fetch_add(1, Ordering::Relaxed);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(BatchShared {
+            id: Arc::from(format!("b{:x}-{n}", now.as_millis())),
+            tenant: Arc::from(tenant),
+            started: Instant::now(),
+            started_unix_ms: now.as_secs_f64() * 1000.0,
+            cancel: CancellationToken::new(),
+            on_failure: options.on_failure.unwrap_or(self.inner.options.on_failure),
+            state: Mutex::new(BatchState {
+                sender: Some(tx),
+                ..BatchState::default()
+            }),
+            done: Notify::new(),
+        });
+        Ok(BatchHandle {
+            kernel: self.inner.clone(),
+            shared,
+            rx,
+            priority: options.priority,
+            detached: false,
+        })
+    }
+
+    /// Submits a whole batch (closed: no call can be added) and returns its handle.
+    pub fn submit(&self, batch: Batch) -> Result<BatchHandle> {
+        let mut handle = self.open(&batch.tenant)?;
+        for call in batch.calls {
+            handle.submit(call)?;
+        }
+        handle.close();
+        Ok(handle)
+    }
+
+    /// Runs a batch to the end; results in submission order.
+    pub async fn run(&self, batch: Batch) -> Result<BatchResult> {
+        Ok(self.submit(batch)?.finish().await)
+    }
+
+    /// For a tenant: (calls not finished, calls its conflict index still remembers). Memory is
+    /// bounded by these; both return to 0 when the tenant is idle.
+    pub fn tenant_load(&self, tenant: &str) -> (usize, usize) {
+        match self.inner.domains.get(tenant) {
+            Some(d) => d
+                .lock()
+                .map(|d| (d.live(), d.remembered()))
+                .unwrap_or((0, 0)),
+            None => (0, 0),
+        }
+    }
+}
+
+#[derive(Default)]
+struct BatchState {
+    ids: HashMap<String, usize>,
+    results: Vec<Option<CallResult>>,
+    positions: Vec<usize>,
+    remaining: usize,
+    closed: bool,
+    done: bool,
+    sender: Option<mpsc::UnboundedSender<CallResult>>,
+}
+
+/// The state of one batch, shared by its calls.
+pub(crate) struct BatchShared {
+    pub(crate) id: Arc<str>,
+    pub(crate) tenant: Arc<str>,
+    pub(crate) started: Instant,
+    started_unix_ms: f64,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) on_failure: OnFailure,
+    state: Mutex<BatchState>,
+    done: Notify,
+}
+
+impl BatchShared {
+    /// Unix time in ms of an offset from the batch's start.
+    pub(crate) fn unix_ms(&self, since_start: Duration) -> f64 {
+        self.started_unix_ms + since_start.as_secs_f64() * 1000.0
+    }
+
+    pub(crate) fn note_position(&self, position: usize) {
+        if let Ok(mut st) = self.state.lock() {
+            st.positions.push(position);
+        }
+    }
+
+    /// Stores a call's result and sends it as a completion; ends the batch after its last call.
+    pub(crate) async fn deliver(&self, index: usize, result: CallResult, kernel: &KernelInner) {
+        let ended = {
+            let Ok(mut st) = self.state.lock() else {
+                return;
+            };
+            if let Some(tx) = &st.sender {
+                let _ = tx.send(result.clone());
+            }
+            if let Some(slot) = st.results.get_mut(index) {
+                *slot = Some(result);
+            }
+            st.remaining = st.remaining.saturating_sub(1);
+            self.take_end(&mut st)
+        };
+        if let Some(positions) = ended {
+            self.end(positions, kernel).await;
+        }
+    }
+
+    /// If the batch is closed and every call delivered (and it has not ended yet): marks it ended
+    /// and returns its domain positions.
+    fn take_end(&self, st: &mut BatchState) -> Option<Vec<usize>> {
+        if st.closed && st.remaining == 0 && !st.done {
+            st.done = true;
+            Some(std::mem::take(&mut st.positions))
+        } else {
+            None
+        }
+    }
+
+    async fn end(&self, positions: Vec<usize>, kernel: &KernelInner) {
+        let (calls, makespan) = match self.state.lock() {
+            Ok(st) => (
+                st.ids_in_order(),
+                st.results
+                    .iter()
+                    .flatten()
+                    .filter_map(|r| r.ended)
+                    .max()
+                    .unwrap_or_default(),
+            ),
+            Err(_) => (Vec::new(), Duration::ZERO),
+        };
+        let record = BatchRecord {
+            batch: self.id.to_string(),
+            tenant: self.tenant.to_string(),
+            calls,
+            started_at_ms: self.started_unix_ms,
+            ended_at_ms: self.unix_ms(makespan.max(self.started.elapsed())),
+        };
+        if let Err(why) = kernel.sink.record(Record::Batch(record)).await {
+            tracing::error!(error = %why, "the provenance sink refused a batch record");
+        }
+        if let Ok(mut d) = kernel.domain(&self.tenant).lock() {
+            d.batch_ended(&positions);
+        }
+        if let Ok(mut st) = self.state.lock() {
+            st.sender = None; // ends the completion stream
+        }
+        self.done.notify_waiters();
+    }
+}
+
+impl BatchState {
+    fn ids_in_order(&self) -> Vec<String> {
+        let mut ids: Vec<(&String, &usize)> = self.ids.iter().collect();
+        ids.sort_by_key(|(_, i)| **i);
+        ids.into_iter().map(|(id, _)| id.clone()).collect()
+    }
+}
+
+/// A batch in flight: submit calls into it, read completions as they happen (it is a
+/// `Stream<Item = CallResult>`), or wait for every result in submission order.
+///
+/// Dropping the handle before the batch ends cancels it (see [`BatchHandle::detach`]).
+pub struct BatchHandle {
+    kernel: Arc<KernelInner>,
+    shared: Arc<BatchShared>,
+    rx: mpsc::UnboundedReceiver<CallResult>,
+    priority: i32,
+    detached: bool,
+}
+
+impl fmt::Debug for BatchHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BatchHandle")
+            .field("id", &self.shared.id)
+            .field("tenant", &self.shared.tenant)
+            .finish()
+    }
+}
+
+impl BatchHandle {
+    /// The batch id.
+    pub fn id(&self) -> &str {
+        &self.shared.id
+    }
+
+    /// Submits the next call (submission order is the order of these calls). Its synchronous
+    /// stages run now: an unknown tool, an invalid input or a denial is answered at once, as a
+    /// result. Refuses a call id already used in this batch, and any call once closed.
+    pub fn submit(&mut self, call: Call) -> Result<()> {
+        let priority = self.priority;
+        self.submit_with_priority(call, priority)
+    }
+
+    /// [`BatchHandle::submit`] with a priority for this call.
+    pub fn submit_with_priority(&mut self, call: Call, priority: i32) -> Result<()> {
+        let index = {
+            let Ok(mut st) = self.shared.state.lock() else {
+                return Err(Error::NoRuntime);
+            };
+            if st.closed {
+                return Err(Error::BatchClosed {
+                    id: call.id.clone(),
+                });
+            }
+            let index = st.results.len();
+            if let Some(first) = st.ids.get(&call.id) {
+                return Err(Error::DuplicateCallId {
+                    id: call.id.clone(),
+                    first: *first,
+                    second: index,
+                });
+            }
+            st.ids.insert(call.id.clone(), index);
+            st.results.push(None);
+            st.remaining += 1;
+            index
+        };
+        let seq = self.kernel.seq.fetch_add(1, Ordering::Relaxed);
+        let prepared = PreparedCall::new(&self.kernel.tools, &self.kernel.normalizers, call);
+        crate::dispatch::submit(
+            self.kernel.clone(),
+            self.shared.clone(),
+            index,
+            seq,
+            priority,
+            prepared,
+        );
+        Ok(())
+    }
+
+    /// No more calls will come: the batch ends when the submitted ones have.
+    pub fn close(&mut self) {
+        let ended = match self.shared.state.lock() {
+            Ok(mut st) => {
+                st.closed = true;
+                self.shared.take_end(&mut st)
+            }
+            Err(_) => None,
+        };
+        if let Some(positions) = ended {
+            let (shared, kernel) = (self.shared.clone(), self.kernel.clone());
+            tokio::spawn(async move { shared.end(positions, &kernel).await });
+        }
+    }
+
+    /// Cancels the batch: calls waiting are not started, calls running are stopped; all are
+    /// reported `cancelled`.
+    pub fn cancel(&self) {
+        self.shared.cancel.cancel();
+    }
+
+    /// The token that cancels this batch.
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.shared.cancel.clone()
+    }
+
+    /// Lets the batch run on after the handle is dropped.
+    pub fn detach(mut self) {
+        self.detached = true;
+    }
+
+    /// The next call to complete, in completion order; `None` once the batch has ended and every
+    /// completion has been read.
+    pub async fn next_completion(&mut self) -> Option<CallResult> {
+        self.rx.recv().await
+    }
+
+    /// Closes the batch and waits for its end; the results in submission order.
+    pub async fn finish(mut self) -> BatchResult {
+        self.close();
+        loop {
+            let notified = self.shared.done.notified();
+            let done = self
+                .shared
+                .state
+                .lock()
+                .map(|s| s.done && s.sender.is_none());
+            if done.unwrap_or(true) {
+                break;
+            }
+            notified.await;
+        }
+        let (results, makespan) = match self.shared.state.lock() {
+            Ok(mut st) => {
+                let results: Vec<CallResult> = st.results.drain(..).flatten().collect();
+                let makespan = results
+                    .iter()
+                    .filter_map(|r| r.ended)
+                    .max()
+                    .unwrap_or_default();
+                (results, makespan)
+            }
+            Err(_) => (Vec::new(), Duration::ZERO),
+        };
+        BatchResult {
+            batch_id: self.shared.id.to_string(),
+            tenant: self.shared.tenant.to_string(),
+            results,
+            makespan,
+        }
+    }
+}
+
+impl futures::Stream for BatchHandle {
+    type Item = CallResult;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<CallResult>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+impl Drop for BatchHandle {
+    fn drop(&mut self) {
+        if self.detached {
+            return;
+        }
+        let done = self.shared.state.lock().map(|s| s.done).unwrap_or(true);
+        if !done {
+            self.shared.cancel.cancel();
+        }
+    }
+}

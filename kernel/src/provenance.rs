@@ -1,0 +1,181 @@
+//! Provenance: the records the kernel emits, and the sink that keeps them.
+//!
+//! Takes in: what happened — a batch, each call with its decision and outcome, each conflict
+//! edge. Hands on: [`Record`]s to a [`ProvenanceSink`]. The kernel waits for the future
+//! [`ProvenanceSink::record`] returns before it hands a call's result back, so a durable sink can
+//! promise that a reported result is on disk. `sluice-provenance` implements the sink as a
+//! hash-chained JSON Lines log; the default, [`NoProvenance`], keeps nothing.
+//!
+//! No secret value reaches a record: inputs and outputs are kept as sha256 digests of their
+//! canonical JSON, and error messages are redacted of every value the secret resolver handed out.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::batch::Status;
+
+/// One access as recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessRecord {
+    /// Effect kind.
+    pub kind: String,
+    /// Resource pattern (after templating and normalization).
+    pub resource: String,
+    /// `read` or `write`.
+    pub mode: String,
+}
+
+/// A call's record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallRecord {
+    /// The batch.
+    pub batch: String,
+    /// The tenant.
+    pub tenant: String,
+    /// The call id.
+    pub call: String,
+    /// The tool id.
+    pub tool: String,
+    /// The tool's version (null for an unknown tool).
+    pub tool_version: Option<String>,
+    /// sha256 (hex) of the canonical JSON of the input.
+    pub input_sha256: String,
+    /// sha256 (hex) of the canonical JSON of the output, when there is one.
+    pub output_sha256: Option<String>,
+    /// The accesses after templating.
+    pub accesses: Vec<AccessRecord>,
+    /// `allow`, `ask` or `deny` (null when the call was refused before authorization).
+    pub decision: Option<String>,
+    /// The rule, default or mode behind the decision.
+    pub decided_by: Option<String>,
+    /// Who approved an ask (or rejected it).
+    pub approver: Option<String>,
+    /// Start, unix time in milliseconds (null when the call never started).
+    pub started_at_ms: Option<f64>,
+    /// End, unix time in milliseconds (null when the call never started).
+    pub ended_at_ms: Option<f64>,
+    /// The outcome.
+    pub outcome: Status,
+    /// The error code, for every outcome but `ok`.
+    pub error_code: Option<String>,
+    /// The error message (secrets redacted).
+    pub error_message: Option<String>,
+}
+
+/// A conflict edge's record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EdgeRecord {
+    /// The tenant.
+    pub tenant: String,
+    /// The earlier call's batch.
+    pub from_batch: String,
+    /// The earlier call.
+    pub from: String,
+    /// The later call's batch.
+    pub to_batch: String,
+    /// The later call.
+    pub to: String,
+    /// One overlapping pattern that causes the edge.
+    pub resource: String,
+    /// `read-after-write`, `write-after-read` or `write-after-write`.
+    pub kind: String,
+    /// Whether the later call may have seen what the earlier one wrote (read-after-write).
+    pub causal: bool,
+}
+
+/// A batch's record, written when its last call has finished.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchRecord {
+    /// The batch id.
+    pub batch: String,
+    /// The tenant.
+    pub tenant: String,
+    /// The call ids, in submission order.
+    pub calls: Vec<String>,
+    /// Start, unix time in milliseconds.
+    pub started_at_ms: f64,
+    /// End, unix time in milliseconds.
+    pub ended_at_ms: f64,
+}
+
+/// What the kernel records.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Record {
+    /// A call finished (whatever its outcome).
+    Call(CallRecord),
+    /// A conflict edge was found.
+    Edge(EdgeRecord),
+    /// A batch finished.
+    Batch(BatchRecord),
+}
+
+/// The future a sink returns: resolved when the record is as safe as the sink promises.
+pub type RecordFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'static>>;
+
+/// Keeps provenance records. A failing sink does not fail the call: the kernel reports the
+/// failure through `tracing` and goes on.
+pub trait ProvenanceSink: Send + Sync + 'static {
+    /// Keeps one record.
+    fn record(&self, record: Record) -> RecordFuture;
+}
+
+/// The default sink: keeps nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoProvenance;
+
+impl ProvenanceSink for NoProvenance {
+    fn record(&self, _record: Record) -> RecordFuture {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+impl<F> ProvenanceSink for F
+where
+    F: Fn(Record) + Send + Sync + 'static,
+{
+    fn record(&self, record: Record) -> RecordFuture {
+        self(record);
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// The canonical JSON of a value: object keys sorted, no insignificant white space.
+pub fn canonical_json(value: &Value) -> String {
+    // serde_json's map is ordered by key unless `preserve_order` is on; sort explicitly so the
+    // digest never depends on that feature.
+    fn sorted(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                let mut out = serde_json::Map::new();
+                for k in keys {
+                    out.insert(k.clone(), sorted(&m[k]));
+                }
+                Value::Object(out)
+            }
+            Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
+            v => v.clone(),
+        }
+    }
+    sorted(value).to_string()
+}
+
+/// sha256 (hex) of the canonical JSON of a value.
+pub fn sha256_json(value: &Value) -> String {
+    hex::encode(Sha256::digest(canonical_json(value).as_bytes()))
+}
+
+/// Replaces every occurrence of each secret in `text` with `[redacted]`.
+pub fn redact(text: &str, secrets: &[String]) -> String {
+    let mut out = text.to_owned();
+    for s in secrets.iter().filter(|s| !s.is_empty()) {
+        out = out.replace(s.as_str(), "[redacted]");
+    }
+    out
+}

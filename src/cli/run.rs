@@ -1,0 +1,152 @@
+//! `sluice run`: run a batch and print its results.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::ValueEnum;
+use serde_json::{json, Value};
+use sluice::kernel::batch::{BatchResult, CallResult};
+use sluice::kernel::builtin::KvStore;
+use sluice::kernel::kernel::{Kernel, OnFailure};
+
+use super::common::{load_tools, read_batch};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// A manifest file or a directory of *.json manifests (repeatable). The built-in tools are
+    /// always registered. A tool with no native handler is accepted; its calls end with
+    /// `no-handler`.
+    #[arg(long = "tools", num_args = 1.., action = clap::ArgAction::Append)]
+    tools: Vec<PathBuf>,
+    /// The batch document (`-` for standard input).
+    #[arg(long)]
+    batch: PathBuf,
+    /// The directory the built-in fs tools are confined to. Default: the current directory.
+    #[arg(long)]
+    root: Option<PathBuf>,
+    /// What happens to the dependents of a failed call.
+    #[arg(long, value_enum, default_value = "continue")]
+    on_failure: FailureMode,
+    /// The most calls running at once (default: no cap).
+    #[arg(long)]
+    max_concurrency: Option<usize>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "json")]
+    format: RunFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum FailureMode {
+    Continue,
+    SkipDependents,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum RunFormat {
+    Json,
+    Text,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let registry = load_tools(&args.tools, args.root.as_deref(), KvStore::new())?;
+    let batch = read_batch(&args.batch)?;
+    let mut builder = Kernel::builder()
+        .tools(registry)
+        .allow_unrunnable_tools(true)
+        .on_failure(match args.on_failure {
+            FailureMode::Continue => OnFailure::Continue,
+            FailureMode::SkipDependents => OnFailure::SkipDependents,
+        });
+    if let Some(n) = args.max_concurrency {
+        builder = builder.max_concurrency(n);
+    }
+    let kernel = builder.build()?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    let result = runtime.block_on(kernel.run(batch))?;
+    match args.format {
+        RunFormat::Json => println!("{}", serde_json::to_string_pretty(&to_json(&result))?),
+        RunFormat::Text => print!("{}", to_text(&result)),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Milliseconds with microsecond precision.
+pub(crate) fn ms(d: Duration) -> f64 {
+    (d.as_micros() as f64) / 1000.0
+}
+
+fn result_json(r: &CallResult) -> Value {
+    json!({
+        "id": r.id,
+        "status": r.status.as_str(),
+        "output": r.output,
+        "error": r.error.as_ref().map(|e| json!({"code": e.code, "message": e.message})),
+        "started_ms": r.started.map(ms),
+        "ended_ms": r.ended.map(ms),
+    })
+}
+
+/// The batch result as cli.md's JSON.
+pub(crate) fn to_json(result: &BatchResult) -> Value {
+    json!({
+        "results": result.results.iter().map(result_json).collect::<Vec<_>>(),
+        "makespan_ms": ms(result.makespan),
+    })
+}
+
+/// A table of results with a small timeline.
+pub(crate) fn to_text(result: &BatchResult) -> String {
+    use std::fmt::Write;
+    const WIDTH: f64 = 40.0;
+    let span = ms(result.makespan).max(0.001);
+    let id_w = result
+        .results
+        .iter()
+        .map(|r| r.id.len())
+        .max()
+        .unwrap_or(2)
+        .max(2);
+    let tool_w = result
+        .results
+        .iter()
+        .map(|r| r.tool.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:id_w$}  {:tool_w$}  {:9}  {:>17}  timeline (0 .. {:.1} ms)",
+        "id", "tool", "status", "start..end ms", span
+    );
+    for r in &result.results {
+        let (times, bar) = match (r.started, r.ended) {
+            (Some(a), Some(b)) => {
+                let (a, b) = (ms(a), ms(b));
+                let from = ((a / span) * WIDTH).floor() as usize;
+                let to = (((b / span) * WIDTH).ceil() as usize).max(from + 1);
+                let bar = format!(
+                    "{}{}",
+                    " ".repeat(from),
+                    "█".repeat(to.min(40) - from.min(to))
+                );
+                (format!("{a:>8.1}..{b:<8.1}"), bar)
+            }
+            _ => ("-".to_string(), String::new()),
+        };
+        let _ = writeln!(
+            s,
+            "{:id_w$}  {:tool_w$}  {:9}  {:>17}  |{bar:<40}|",
+            r.id,
+            r.tool,
+            r.status.as_str(),
+            times
+        );
+        if let Some(e) = &r.error {
+            let _ = writeln!(s, "{:id_w$}  └ {}: {}", "", e.code, e.message);
+        }
+    }
+    let _ = writeln!(s, "makespan {:.1} ms", ms(result.makespan));
+    s
+}

@@ -67,8 +67,8 @@ pub struct Authorization {
     /// The decision.
     pub decision: Decision,
     /// What made it: a rule id, `default`, `mode:<mode>`, `pure`, `unknown-tenant`, or for the
-    /// embedded default `no-policy`.
-    pub by: String,
+    /// embedded default `no-policy`. (A `Cow`, so that fixed reasons cost no allocation.)
+    pub by: std::borrow::Cow<'static, str>,
     /// For an `ask` that comes from the tool's `ask_on_first_use` mode: an approval is
     /// remembered per tenant and tool (see [`Authorizer::remember_approval`]), and concurrent
     /// first uses ask once.
@@ -78,7 +78,7 @@ pub struct Authorization {
 
 impl Authorization {
     /// A decision made by `by`.
-    pub fn new(decision: Decision, by: impl Into<String>) -> Self {
+    pub fn new(decision: Decision, by: impl Into<std::borrow::Cow<'static, str>>) -> Self {
         Authorization {
             decision,
             by: by.into(),

@@ -105,8 +105,8 @@ impl std::fmt::Debug for Provisions {
 /// The shared state behind a [`ToolContext`].
 #[derive(Debug)]
 pub(crate) struct ContextInner {
-    pub(crate) tenant: String,
-    pub(crate) batch_id: String,
+    pub(crate) tenant: Arc<str>,
+    pub(crate) batch_id: Arc<str>,
     pub(crate) call_id: String,
     pub(crate) manifest: Arc<Manifest>,
     pub(crate) cancel: CancellationToken,
@@ -153,8 +153,8 @@ const BUILT_IN_NEEDS: [&str; 3] = ["tenant", "batch", "call"];
 
 impl ToolContext {
     pub(crate) fn new(
-        tenant: &str,
-        batch_id: &str,
+        tenant: Arc<str>,
+        batch_id: Arc<str>,
         call_id: &str,
         manifest: Arc<Manifest>,
         cancel: CancellationToken,
@@ -162,8 +162,8 @@ impl ToolContext {
     ) -> Self {
         ToolContext {
             inner: Arc::new(ContextInner {
-                tenant: tenant.to_owned(),
-                batch_id: batch_id.to_owned(),
+                tenant,
+                batch_id,
                 call_id: call_id.to_owned(),
                 manifest,
                 cancel,
@@ -176,8 +176,8 @@ impl ToolContext {
     /// A context for calling a handler outside a kernel (tests, examples): no provisions.
     pub fn detached(tenant: &str, call_id: &str, manifest: Arc<Manifest>) -> Self {
         Self::new(
-            tenant,
-            "",
+            Arc::from(tenant),
+            Arc::from(""),
             call_id,
             manifest,
             CancellationToken::new(),
@@ -339,6 +339,9 @@ impl ToolContext {
     /// Checks every required need before the handler runs; the first one missing, if any.
     pub(crate) fn check_required(&self) -> Result<(), ContextError> {
         let m = self.inner.manifest.clone();
+        if m.needs.is_none() && m.needs_spec.is_none() && m.spec.is_none() {
+            return Ok(());
+        }
         for n in m.needs.iter().flatten().filter(|n| !n.is_optional()) {
             let name = n.name.as_str();
             if !BUILT_IN_NEEDS.contains(&name) && !self.inner.provisions.needs.contains_key(name) {

@@ -15,6 +15,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use serde_json::Value;
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
@@ -44,6 +45,8 @@ pub(crate) struct CallJob {
     ended: Option<Instant>,
     /// Secret values handed out to the handler, for redaction.
     secrets: Vec<String>,
+    /// The input's digest, taken before the input moved into the handler.
+    input_sha256: Option<String>,
 }
 
 /// How a call ended, before it becomes a [`CallResult`].
@@ -99,6 +102,7 @@ pub(crate) fn submit(
         started: None,
         ended: None,
         secrets: Vec::new(),
+        input_sha256: None,
     };
     let span = tracing::info_span!(
         "sluice.call",
@@ -138,14 +142,13 @@ pub(crate) fn submit(
     }
     // 3. order.
     let domain = job.kernel.domain(&job.batch.tenant);
+    // Who a call is matters only for edge records: skip it when nothing is recorded.
+    let owner = job.kernel.sink.enabled().then(|| Owner {
+        batch: job.batch.id.clone(),
+        call: Arc::from(job.prepared.call.id.as_str()),
+    });
     let inserted = match domain.lock() {
-        Ok(mut d) => d.insert(
-            Owner {
-                batch: job.batch.id.clone(),
-                call: Arc::from(job.prepared.call.id.as_str()),
-            },
-            &job.prepared.accesses,
-        ),
+        Ok(mut d) => d.insert(owner, &job.prepared.accesses),
         Err(_) => {
             let outcome = Outcome::fail(
                 Status::Error,
@@ -159,8 +162,9 @@ pub(crate) fn submit(
     job.batch.note_position(inserted.position);
     let edges = edge_records(&job, &inserted);
     let task_span = span.clone();
+    // Boxed so the spawned future is a pointer: tokio copies what it spawns.
     tokio::spawn(
-        async move { run_ordered(job, domain, inserted, edges).await }.instrument(task_span),
+        Box::pin(run_ordered(Box::new(job), domain, inserted, edges)).instrument(task_span),
     );
 }
 
@@ -213,7 +217,7 @@ fn edge_records(job: &CallJob, inserted: &Inserted) -> Vec<EdgeRecord> {
 
 /// Stages 4-6 for a call that entered the conflict domain.
 async fn run_ordered(
-    mut job: CallJob,
+    mut job: Box<CallJob>,
     domain: Arc<std::sync::Mutex<TenantDomain>>,
     inserted: Inserted,
     edges: Vec<EdgeRecord>,
@@ -225,17 +229,17 @@ async fn run_ordered(
     let mut ready = inserted.ready;
     let upstream = tokio::select! {
         biased;
-        u = &mut ready => u.unwrap_or_default(),
+        u = &mut ready => u,
         _ = cancel.cancelled() => {
             let outcome = Outcome::fail(Status::Cancelled, "cancelled", "the batch was cancelled before the call started");
             let (domain2, position) = (domain.clone(), inserted.position);
             let id = job.prepared.call.id.clone();
             // Report now; release the successors once the predecessors are done.
             tokio::spawn(async move {
-                let _ = ready.await;
+                let _ = (&mut ready).await;
                 release(&domain2, position, Some(&id));
             });
-            finish(job, outcome, None, edges).await;
+            Box::pin(finish(*job, outcome, None, edges)).await;
             return;
         }
     };
@@ -267,7 +271,7 @@ async fn run_ordered(
                     job.prepared.call.id
                 ),
             ),
-            _ => invoke(&mut job, &cancel).await,
+            _ => Box::pin(invoke(&mut job, &cancel)).await,
         },
     };
     job.ended.get_or_insert_with(Instant::now);
@@ -276,7 +280,7 @@ async fn run_ordered(
         .counts_as_failure()
         .then(|| job.prepared.call.id.clone());
     release(&domain, inserted.position, failed.as_deref());
-    finish(job, outcome, None, edges).await;
+    Box::pin(finish(*job, outcome, None, edges)).await;
 }
 
 fn release(domain: &std::sync::Mutex<TenantDomain>, position: usize, failed: Option<&str>) {
@@ -356,7 +360,7 @@ fn start_approval(
     }))
 }
 
-/// 5. invoke: the handler in its own task, under its deadline, watching the batch's
+/// Stage 5, invoke: the handler in its own task, under its deadline, watching the batch's
 /// cancellation; then the output check.
 async fn invoke(job: &mut CallJob, batch_cancel: &CancellationToken) -> Outcome {
     let Some(tool) = job.prepared.tool.clone() else {
@@ -381,8 +385,8 @@ async fn invoke(job: &mut CallJob, batch_cancel: &CancellationToken) -> Outcome 
     };
     let call_cancel = batch_cancel.child_token();
     let ctx = ToolContext::new(
-        &job.batch.tenant,
-        &job.batch.id,
+        job.batch.tenant.clone(),
+        job.batch.id.clone(),
         &job.prepared.call.id,
         tool.manifest().clone(),
         call_cancel.clone(),
@@ -402,7 +406,15 @@ async fn invoke(job: &mut CallJob, batch_cancel: &CancellationToken) -> Outcome 
         .map(|l| Duration::from_millis(l.cpu_ms.get()))
         .or(job.kernel.options.default_timeout);
     job.started = Some(Instant::now());
-    let mut task = tokio::spawn(handler.call(ctx.clone(), job.prepared.call.input.clone()));
+    // The handler runs inside this call's own task; dropping its future (deadline, cancellation)
+    // stops it, and a panic is caught and becomes this call's error.
+    // The input's digest is taken before the handler runs when a record needs it; otherwise the
+    // input moves into the handler instead of being copied.
+    if job.kernel.sink.enabled() {
+        job.input_sha256 = Some(provenance::sha256_json(&job.prepared.call.input));
+    }
+    let input = std::mem::take(&mut job.prepared.call.input);
+    let run = std::panic::AssertUnwindSafe(handler.call(ctx.clone(), input)).catch_unwind();
     let sleep = async {
         match deadline {
             Some(d) => tokio::time::sleep(d).await,
@@ -410,12 +422,10 @@ async fn invoke(job: &mut CallJob, batch_cancel: &CancellationToken) -> Outcome 
         }
     };
     let joined = tokio::select! {
-        r = &mut task => Some(r),
+        r = run => Some(r),
         _ = sleep => None,
         _ = batch_cancel.cancelled() => {
             call_cancel.cancel();
-            task.abort();
-            let _ = (&mut task).await;
             job.ended = Some(Instant::now());
             job.secrets = ctx.handed_out();
             return Outcome::fail(Status::Cancelled, "cancelled", "the batch was cancelled while the call ran");
@@ -424,8 +434,6 @@ async fn invoke(job: &mut CallJob, batch_cancel: &CancellationToken) -> Outcome 
     job.secrets = ctx.handed_out();
     let Some(joined) = joined else {
         call_cancel.cancel();
-        task.abort();
-        let _ = (&mut task).await;
         job.ended = Some(Instant::now());
         let ms = deadline.map(|d| d.as_millis()).unwrap_or(0);
         return Outcome::fail(
@@ -450,8 +458,7 @@ async fn invoke(job: &mut CallJob, batch_cancel: &CancellationToken) -> Outcome 
             ),
         },
         Ok(Err(ToolError { code, message })) => Outcome::fail(Status::Error, &code, message),
-        Err(e) if e.is_panic() => {
-            let payload = e.into_panic();
+        Err(payload) => {
             let what = payload
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
@@ -463,11 +470,6 @@ async fn invoke(job: &mut CallJob, batch_cancel: &CancellationToken) -> Outcome 
                 format!("the handler of `{}` panicked: {what}", tool.id()),
             )
         }
-        Err(_) => Outcome::fail(
-            Status::Cancelled,
-            "cancelled",
-            "the handler task was cancelled",
-        ),
     }
 }
 
@@ -478,10 +480,10 @@ fn spawn_finish(
     edges: Vec<EdgeRecord>,
     span: tracing::Span,
 ) {
-    tokio::spawn(async move { finish(job, outcome, approver, edges).await }.instrument(span));
+    tokio::spawn(Box::pin(finish(job, outcome, approver, edges)).instrument(span));
 }
 
-/// 6. record and deliver.
+/// Stage 6, record and deliver.
 async fn finish(job: CallJob, outcome: Outcome, approver: Option<String>, edges: Vec<EdgeRecord>) {
     let approver = approver.or(job.approver.clone());
     let secrets = &job.secrets;
@@ -496,52 +498,57 @@ async fn finish(job: CallJob, outcome: Outcome, approver: Option<String>, edges:
         Some(_) => (rel(job.started), rel(job.ended)),
         None => (None, None),
     };
-    let record = CallRecord {
-        batch: batch.id.to_string(),
-        tenant: batch.tenant.to_string(),
-        call: job.prepared.call.id.clone(),
-        tool: job.prepared.call.tool.clone(),
-        tool_version: job
-            .prepared
-            .tool
-            .as_ref()
-            .map(|t| t.manifest().version.to_string()),
-        input_sha256: provenance::sha256_json(&job.prepared.call.input),
-        output_sha256: outcome.output.as_ref().map(provenance::sha256_json),
-        accesses: job
-            .prepared
-            .accesses
-            .iter()
-            .map(|a| AccessRecord {
-                kind: a.kind.as_str().to_owned(),
-                resource: a.resource.to_text(),
-                mode: a.mode().as_str().to_owned(),
-            })
-            .collect(),
-        decision: job
-            .authorization
-            .as_ref()
-            .map(|a| a.decision.as_str().to_owned()),
-        decided_by: job.authorization.as_ref().map(|a| a.by.clone()),
-        approver: approver.clone(),
-        started_at_ms: started.map(|d| batch.unix_ms(d)),
-        ended_at_ms: ended.map(|d| batch.unix_ms(d)),
-        outcome: outcome.status,
-        error_code: error.as_ref().map(|e| e.code.clone()),
-        error_message: error.as_ref().map(|e| e.message.clone()),
-    };
     let sink = job.kernel.sink.clone();
-    for e in edges {
-        if let Err(why) = sink.record(Record::Edge(e)).await {
-            tracing::error!(error = %why, "the provenance sink refused an edge record");
+    if sink.enabled() {
+        let record = CallRecord {
+            batch: batch.id.to_string(),
+            tenant: batch.tenant.to_string(),
+            call: job.prepared.call.id.clone(),
+            tool: job.prepared.call.tool.clone(),
+            tool_version: job
+                .prepared
+                .tool
+                .as_ref()
+                .map(|t| t.manifest().version.to_string()),
+            input_sha256: job
+                .input_sha256
+                .clone()
+                .unwrap_or_else(|| provenance::sha256_json(&job.prepared.call.input)),
+            output_sha256: outcome.output.as_ref().map(provenance::sha256_json),
+            accesses: job
+                .prepared
+                .accesses
+                .iter()
+                .map(|a| AccessRecord {
+                    kind: a.kind.as_str().to_owned(),
+                    resource: a.resource.to_text(),
+                    mode: a.mode().as_str().to_owned(),
+                })
+                .collect(),
+            decision: job
+                .authorization
+                .as_ref()
+                .map(|a| a.decision.as_str().to_owned()),
+            decided_by: job.authorization.as_ref().map(|a| a.by.to_string()),
+            approver: approver.clone(),
+            started_at_ms: started.map(|d| batch.unix_ms(d)),
+            ended_at_ms: ended.map(|d| batch.unix_ms(d)),
+            outcome: outcome.status,
+            error_code: error.as_ref().map(|e| e.code.clone()),
+            error_message: error.as_ref().map(|e| e.message.clone()),
+        };
+        for e in edges {
+            if let Err(why) = sink.record(Record::Edge(e)).await {
+                tracing::error!(error = %why, "the provenance sink refused an edge record");
+            }
+        }
+        if let Err(why) = sink.record(Record::Call(record)).await {
+            tracing::error!(error = %why, "the provenance sink refused a call record");
         }
     }
-    if let Err(why) = sink.record(Record::Call(record)).await {
-        tracing::error!(error = %why, "the provenance sink refused a call record");
-    }
     let result = CallResult {
-        id: job.prepared.call.id.clone(),
-        tool: job.prepared.call.tool.clone(),
+        id: job.prepared.call.id,
+        tool: job.prepared.call.tool,
         status: outcome.status,
         output: outcome.output,
         error,

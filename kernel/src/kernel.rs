@@ -411,7 +411,7 @@ struct BatchState {
     remaining: usize,
     closed: bool,
     done: bool,
-    sender: Option<mpsc::UnboundedSender<CallResult>>,
+    sender: Option<mpsc::UnboundedSender<usize>>,
 }
 
 /// The state of one batch, shared by its calls.
@@ -444,11 +444,12 @@ impl BatchShared {
             let Ok(mut st) = self.state.lock() else {
                 return;
             };
-            if let Some(tx) = &st.sender {
-                let _ = tx.send(result.clone());
-            }
             if let Some(slot) = st.results.get_mut(index) {
                 *slot = Some(result);
+            }
+            // Completions carry the index; the result is cloned only when someone reads it.
+            if let Some(tx) = &st.sender {
+                let _ = tx.send(index);
             }
             st.remaining = st.remaining.saturating_sub(1);
             self.take_end(&mut st)
@@ -517,7 +518,7 @@ impl BatchState {
 pub struct BatchHandle {
     kernel: Arc<KernelInner>,
     shared: Arc<BatchShared>,
-    rx: mpsc::UnboundedReceiver<CallResult>,
+    rx: mpsc::UnboundedReceiver<usize>,
     priority: i32,
     detached: bool,
 }
@@ -616,7 +617,16 @@ impl BatchHandle {
     /// The next call to complete, in completion order; `None` once the batch has ended and every
     /// completion has been read.
     pub async fn next_completion(&mut self) -> Option<CallResult> {
-        self.rx.recv().await
+        let index = self.rx.recv().await?;
+        self.result_at(index)
+    }
+
+    fn result_at(&self, index: usize) -> Option<CallResult> {
+        self.shared
+            .state
+            .lock()
+            .ok()
+            .and_then(|st| st.results.get(index).cloned().flatten())
     }
 
     /// Closes the batch and waits for its end; the results in submission order.
@@ -658,7 +668,11 @@ impl BatchHandle {
 impl futures::Stream for BatchHandle {
     type Item = CallResult;
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<CallResult>> {
-        self.rx.poll_recv(cx)
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some(index)) => Poll::Ready(self.result_at(index)),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
     }
 }
 

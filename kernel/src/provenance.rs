@@ -122,6 +122,12 @@ pub type RecordFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send +
 pub trait ProvenanceSink: Send + Sync + 'static {
     /// Keeps one record.
     fn record(&self, record: Record) -> RecordFuture;
+
+    /// Whether the sink keeps anything at all; when `false` the kernel does not build records
+    /// (no digests are computed). Default `true`.
+    fn enabled(&self) -> bool {
+        true
+    }
 }
 
 /// The default sink: keeps nothing.
@@ -131,6 +137,10 @@ pub struct NoProvenance;
 impl ProvenanceSink for NoProvenance {
     fn record(&self, _record: Record) -> RecordFuture {
         Box::pin(async { Ok(()) })
+    }
+
+    fn enabled(&self) -> bool {
+        false
     }
 }
 

@@ -21,7 +21,9 @@
 //! The graph leaves out edges that a path implies; releasing a middle call early would let the two
 //! ends of such a path overlap.
 
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
+
+use hashbrown::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
@@ -64,7 +66,40 @@ pub(crate) struct FoundEdge {
 pub(crate) struct Inserted {
     pub(crate) position: usize,
     pub(crate) edges: Vec<FoundEdge>,
-    pub(crate) ready: oneshot::Receiver<Upstream>,
+    pub(crate) ready: Ready,
+}
+
+/// Resolves when a call's predecessors are done (at once when it has none).
+#[derive(Debug)]
+pub(crate) enum Ready {
+    /// Nothing to wait for.
+    Now,
+    /// Waiting for predecessors.
+    Later(oneshot::Receiver<Upstream>),
+    /// Already resolved (the future was polled to completion).
+    Done,
+}
+
+impl std::future::Future for Ready {
+    type Output = Upstream;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Upstream> {
+        match &mut *self {
+            Ready::Now | Ready::Done => {
+                *self = Ready::Done;
+                std::task::Poll::Ready(Upstream::default())
+            }
+            Ready::Later(rx) => match std::pin::Pin::new(rx).poll(cx) {
+                std::task::Poll::Ready(u) => {
+                    *self = Ready::Done;
+                    std::task::Poll::Ready(u.unwrap_or_default())
+                }
+                std::task::Poll::Pending => std::task::Poll::Pending,
+            },
+        }
+    }
 }
 
 /// One tenant's conflict domain (see the module docs).
@@ -73,8 +108,8 @@ pub(crate) struct TenantDomain {
     index: ConflictIndex,
     next: usize,
     slots: HashMap<usize, Slot>,
-    /// Every position the index may still name.
-    owners: HashMap<usize, Owner>,
+    /// Every position the index may still name, with who it is when edges are recorded.
+    owners: HashMap<usize, Option<Owner>>,
     /// Finished calls whose batch has ended: the index may forget them.
     forgettable: Vec<usize>,
     scratch: Vec<Edge>,
@@ -82,20 +117,19 @@ pub(crate) struct TenantDomain {
 
 impl TenantDomain {
     /// Inserts a call; its ready signal fires at once when it waits for nobody.
-    pub(crate) fn insert(&mut self, owner: Owner, accesses: &[Access]) -> Inserted {
+    pub(crate) fn insert(&mut self, owner: Option<Owner>, accesses: &[Access]) -> Inserted {
         let position = self.next;
         self.next += 1;
         self.scratch.clear();
         self.index.insert(position, accesses, &mut self.scratch);
-        let (tx, rx) = oneshot::channel();
         let mut pending = 0;
-        let mut edges = Vec::with_capacity(self.scratch.len());
+        let mut edges = Vec::new();
         for e in self.scratch.drain(..) {
             if let Some(pred) = self.slots.get_mut(&e.from) {
                 pred.successors.push(position);
                 pending += 1;
             }
-            if let Some(from) = self.owners.get(&e.from) {
+            if let Some(Some(from)) = self.owners.get(&e.from) {
                 edges.push(FoundEdge {
                     from: from.clone(),
                     edge: e,
@@ -103,11 +137,11 @@ impl TenantDomain {
             }
         }
         self.owners.insert(position, owner);
-        let ready = if pending == 0 {
-            let _ = tx.send(Upstream::default());
-            None
+        let (ready, rx) = if pending == 0 {
+            (None, Ready::Now)
         } else {
-            Some(tx)
+            let (tx, rx) = oneshot::channel();
+            (Some(tx), Ready::Later(rx))
         };
         self.slots.insert(
             position,
@@ -153,16 +187,17 @@ impl TenantDomain {
     /// the sweep's cost is paid for (amortized O(1) per call).
     pub(crate) fn batch_ended(&mut self, positions: &[usize]) {
         self.forgettable.extend_from_slice(positions);
-        if self.forgettable.len() > self.slots.len() + 64 || self.slots.is_empty() {
-            let gone: std::collections::HashSet<usize> = self.forgettable.drain(..).collect();
+        if self.slots.is_empty() && self.forgettable.len() == self.owners.len() {
+            // Idle: nothing is live and every remembered call may be forgotten.
+            self.forgettable.clear();
+            self.owners.clear();
+            self.index = ConflictIndex::new();
+        } else if self.forgettable.len() > self.slots.len() + 64 {
+            let gone: hashbrown::HashSet<usize> = self.forgettable.drain(..).collect();
             for p in &gone {
                 self.owners.remove(p);
             }
-            if self.slots.is_empty() && self.owners.is_empty() {
-                self.index = ConflictIndex::new();
-            } else {
-                self.index.forget(|p| gone.contains(&p));
-            }
+            self.index.forget(|p| gone.contains(&p));
         }
     }
 
@@ -228,22 +263,25 @@ pub(crate) struct ReadyQueue {
 #[derive(Debug)]
 pub(crate) struct Permit {
     queue: Option<Arc<ReadyQueue>>,
-    tool: Arc<str>,
+    tool: Option<Arc<str>>,
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        if let Some(q) = self.queue.take() {
-            q.release(&self.tool);
+        if let (Some(q), Some(tool)) = (self.queue.take(), self.tool.take()) {
+            q.release(&tool);
         }
     }
 }
 
 impl ReadyQueue {
-    pub(crate) fn new(cap: Option<usize>, tool_caps: HashMap<String, usize>) -> Self {
+    pub(crate) fn new(
+        cap: Option<usize>,
+        tool_caps: std::collections::HashMap<String, usize>,
+    ) -> Self {
         ReadyQueue {
             cap,
-            tool_caps,
+            tool_caps: tool_caps.into_iter().collect(),
             state: Mutex::new(QueueState::default()),
         }
     }
@@ -254,10 +292,13 @@ impl ReadyQueue {
 
     /// Waits for a permit. Without caps, a permit is immediate.
     pub(crate) async fn acquire(self: &Arc<Self>, priority: i32, seq: u64, tool: &str) -> Permit {
-        let tool: Arc<str> = Arc::from(tool);
         if self.unlimited() {
-            return Permit { queue: None, tool };
+            return Permit {
+                queue: None,
+                tool: None,
+            };
         }
+        let tool: Arc<str> = Arc::from(tool);
         let (tx, rx) = oneshot::channel();
         if let Ok(mut st) = self.state.lock() {
             st.waiting.push(Waiting {
@@ -270,7 +311,10 @@ impl ReadyQueue {
         }
         // The permit travels through the channel: if this future is dropped after the grant,
         // the channel drops the permit, which releases it.
-        rx.await.unwrap_or(Permit { queue: None, tool })
+        rx.await.unwrap_or(Permit {
+            queue: None,
+            tool: None,
+        })
     }
 
     fn release(self: &Arc<Self>, tool: &Arc<str>) {
@@ -297,7 +341,7 @@ impl ReadyQueue {
             }
             let permit = Permit {
                 queue: Some(self.clone()),
-                tool: w.tool.clone(),
+                tool: Some(w.tool.clone()),
             };
             match w.grant.send(permit) {
                 Ok(()) => {

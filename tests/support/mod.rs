@@ -100,3 +100,39 @@ pub fn temp_dir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&d).expect("the temporary directory is created");
     d
 }
+
+/// A tool for tests: a manifest built from `effects` and `mutating`, and a handler.
+pub fn tool(
+    id: &str,
+    effects: serde_json::Value,
+    mutating: bool,
+    handler: std::sync::Arc<dyn sluice_kernel::tool::Handler>,
+) -> sluice_kernel::registry::Tool {
+    tool_with(
+        serde_json::json!({"id": id, "effects": effects, "mutating": mutating}),
+        handler,
+    )
+}
+
+/// A tool for tests from a partial manifest (id, description, version, input and output are
+/// filled in when absent).
+pub fn tool_with(
+    partial: serde_json::Value,
+    handler: std::sync::Arc<dyn sluice_kernel::tool::Handler>,
+) -> sluice_kernel::registry::Tool {
+    let mut m = serde_json::json!({"description": "test tool", "version": "1.0.0",
+                                   "input": {"type": "object"}, "output": {}});
+    for (k, v) in partial
+        .as_object()
+        .expect("a partial manifest is an object")
+    {
+        m[k] = v.clone();
+    }
+    let manifest = sluice_kernel::manifest::Manifest::from_value(m).expect("test manifest parses");
+    sluice_kernel::registry::Tool::new(
+        manifest,
+        sluice_kernel::load::ManifestSource::built_in(),
+        Some(handler),
+    )
+    .expect("test tool compiles")
+}

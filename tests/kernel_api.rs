@@ -1,0 +1,742 @@
+//! The kernel's embedding API: each behaviour of the dispatch pipeline and scheduler that an
+//! agent loop relies on, through the public API.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+use sluice_kernel::authorize::{
+    ApprovalOutcome, ApprovalRequest, ApproveAll, AuthRequest, Authorization, Decision,
+};
+use sluice_kernel::batch::{Batch, Call, Status};
+use sluice_kernel::kernel::{Kernel, OnFailure};
+use sluice_kernel::provenance::Record;
+use sluice_kernel::tool::{handler, ToolContext, ToolError};
+use support::{tool, tool_with};
+
+/// A tool writing `x:{key}` that fails when `input.fail` is true and sleeps `input.ms`.
+fn writer(id: &str) -> sluice_kernel::registry::Tool {
+    tool(
+        id,
+        json!([{"kind": "writes", "resource": "x:{key}"}]),
+        true,
+        handler(|_ctx: ToolContext, input: Value| async move {
+            if let Some(ms) = input["ms"].as_u64() {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+            if input["fail"] == true {
+                return Err(ToolError::new("broken", "failed on purpose"));
+            }
+            Ok(json!({"ok": true}))
+        }),
+    )
+}
+
+fn call(id: &str, tool: &str, input: Value) -> Call {
+    Call::new(id, tool, input)
+}
+
+#[tokio::test]
+async fn results_come_back_in_submission_order_with_times() {
+    let k = Kernel::builder().tool(writer("t.w")).build().unwrap();
+    let b = Batch::new(
+        "t",
+        vec![
+            call("slow", "t.w", json!({"key": "a", "ms": 20})),
+            call("fast", "t.w", json!({"key": "b"})),
+        ],
+    )
+    .unwrap();
+    let r = k.run(b).await.unwrap();
+    assert_eq!(
+        r.results.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        ["slow", "fast"]
+    );
+    assert!(r
+        .results
+        .iter()
+        .all(|r| r.started.is_some() && r.ended.is_some()));
+    assert_eq!(
+        r.makespan,
+        r.results.iter().filter_map(|r| r.ended).max().unwrap()
+    );
+}
+
+#[tokio::test]
+async fn continue_runs_dependents_and_skip_dependents_skips_them_transitively() {
+    for (mode, expect) in [
+        (
+            OnFailure::Continue,
+            [Status::Error, Status::Ok, Status::Ok, Status::Ok],
+        ),
+        (
+            OnFailure::SkipDependents,
+            [Status::Error, Status::Skipped, Status::Skipped, Status::Ok],
+        ),
+    ] {
+        let k = Kernel::builder()
+            .tool(writer("t.w"))
+            .on_failure(mode)
+            .build()
+            .unwrap();
+        let b = Batch::new(
+            "t",
+            vec![
+                call("a", "t.w", json!({"key": "1", "fail": true})),
+                call("b", "t.w", json!({"key": "1"})), // depends on a
+                call("c", "t.w", json!({"key": ["1", "2"]})), // depends on b, so on a
+                call("d", "t.w", json!({"key": "3"})), // independent
+            ],
+        )
+        .unwrap();
+        let r = k.run(b).await.unwrap();
+        let statuses: Vec<Status> = r.results.iter().map(|r| r.status).collect();
+        assert_eq!(statuses, expect, "{mode:?}");
+        if mode == OnFailure::SkipDependents {
+            let e = r.results[2].error.as_ref().unwrap();
+            assert_eq!(e.code, "skipped");
+            assert!(
+                e.message.contains("`b`") || e.message.contains("`a`"),
+                "{}",
+                e.message
+            );
+        }
+    }
+}
+
+fn deny_writes_to(
+    resource: &'static str,
+) -> impl Fn(&AuthRequest<'_>) -> Authorization + Send + Sync {
+    move |req: &AuthRequest<'_>| {
+        if req
+            .accesses
+            .iter()
+            .any(|a| a.resource.to_text() == resource)
+        {
+            Authorization::new(Decision::Deny, "no-x1")
+        } else if req.call_id.starts_with("ask") {
+            Authorization::new(Decision::Ask, "ask-rule")
+        } else {
+            Authorization::new(Decision::Allow, "default")
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_denied_or_rejected_call_does_not_run_and_its_dependents_do() {
+    let ran = Arc::new(AtomicUsize::new(0));
+    let r2 = ran.clone();
+    let counted = tool(
+        "t.c",
+        json!([{"kind": "writes", "resource": "x:{key}"}]),
+        true,
+        handler(move |_c: ToolContext, _i: Value| {
+            let r = r2.clone();
+            async move {
+                r.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, ToolError>(json!({}))
+            }
+        }),
+    );
+    let k = Kernel::builder()
+        .tool(counted)
+        .authorizer(deny_writes_to("x:1"))
+        .on_failure(OnFailure::SkipDependents)
+        .build()
+        .unwrap();
+    let b = Batch::new(
+        "t",
+        vec![
+            call("denied", "t.c", json!({"key": "1"})),
+            call("ask-me", "t.c", json!({"key": "2"})),
+            call("after-ask", "t.c", json!({"key": "2"})),
+        ],
+    )
+    .unwrap();
+    let r = k.run(b).await.unwrap();
+    assert_eq!(r.results[0].status, Status::Denied);
+    let e = r.results[0].error.as_ref().unwrap();
+    assert_eq!(e.code, "denied");
+    assert!(e.message.contains("no-x1"), "{}", e.message);
+    assert_eq!(r.results[0].started, None);
+    assert_eq!(r.results[1].status, Status::Rejected);
+    assert!(r.results[1]
+        .error
+        .as_ref()
+        .unwrap()
+        .message
+        .contains("no-approver"));
+    assert_eq!(
+        r.results[2].status,
+        Status::Ok,
+        "a rejected call changes nothing: its dependent runs"
+    );
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+}
+
+type BoxedApprover = Box<
+    dyn Fn(ApprovalRequest) -> futures::future::BoxFuture<'static, Result<ApprovalOutcome, String>>
+        + Send
+        + Sync,
+>;
+
+#[tokio::test]
+async fn approvals_run_the_call_and_failures_of_the_approver_reject_it() {
+    let mk = |approver: BoxedApprover| {
+        Kernel::builder()
+            .tool(writer("t.w"))
+            .authorizer(deny_writes_to("none"))
+            .approver(move |r: ApprovalRequest| approver(r))
+            .approval_timeout(Duration::from_millis(50))
+            .build()
+            .unwrap()
+    };
+    let cases: Vec<(BoxedApprover, Status, &str)> = vec![
+        (
+            Box::new(|r: ApprovalRequest| {
+                Box::pin(async move {
+                    assert_eq!(r.authorization.by, "ask-rule");
+                    assert_eq!(r.accesses[0].resource.to_text(), "x:k");
+                    Ok(ApprovalOutcome::Approved { by: "alice".into() })
+                })
+            }),
+            Status::Ok,
+            "alice",
+        ),
+        (
+            Box::new(|_r| Box::pin(async { Err("the pager is down".to_string()) })),
+            Status::Rejected,
+            "approver-error",
+        ),
+        (
+            Box::new(|_r| Box::pin(async { std::future::pending().await })),
+            Status::Rejected,
+            "approval-timeout",
+        ),
+        (
+            Box::new(|_r| {
+                Box::pin(async {
+                    Ok(ApprovalOutcome::Rejected {
+                        by: "bob".into(),
+                        reason: "no".into(),
+                    })
+                })
+            }),
+            Status::Rejected,
+            "bob",
+        ),
+    ];
+    for (approver, status, by) in cases {
+        let k = mk(approver);
+        let r = k
+            .run(Batch::new("t", vec![call("ask-1", "t.w", json!({"key": "k"}))]).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(r.results[0].status, status, "{by}");
+        assert_eq!(r.results[0].approver.as_deref(), Some(by));
+    }
+}
+
+#[tokio::test]
+async fn concurrent_first_uses_of_a_tool_ask_once_and_the_approval_is_remembered() {
+    struct FirstUse(Mutex<Vec<(String, String)>>);
+    impl sluice_kernel::authorize::Authorizer for FirstUse {
+        fn authorize(&self, req: &AuthRequest<'_>) -> Authorization {
+            let seen = self
+                .0
+                .lock()
+                .unwrap()
+                .contains(&(req.tenant.into(), req.tool.id.to_string()));
+            if seen {
+                Authorization::new(Decision::Allow, "default")
+            } else {
+                let mut a = Authorization::new(Decision::Ask, "mode:ask_on_first_use");
+                a.first_use = true;
+                a
+            }
+        }
+        fn remember_approval(&self, tenant: &str, tool: &str) {
+            self.0.lock().unwrap().push((tenant.into(), tool.into()));
+        }
+    }
+    let asks = Arc::new(AtomicUsize::new(0));
+    let a2 = asks.clone();
+    let k = Kernel::builder()
+        .tool(writer("t.w"))
+        .authorizer(FirstUse(Mutex::new(Vec::new())))
+        .approver(move |_r: ApprovalRequest| {
+            let a = a2.clone();
+            async move {
+                a.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Ok(ApprovalOutcome::Approved { by: "alice".into() })
+            }
+        })
+        .build()
+        .unwrap();
+    let calls = (0..5)
+        .map(|i| call(&format!("c{i}"), "t.w", json!({"key": i})))
+        .collect();
+    let r = k.run(Batch::new("t", calls).unwrap()).await.unwrap();
+    assert!(r.results.iter().all(|r| r.status == Status::Ok));
+    assert_eq!(
+        asks.load(Ordering::SeqCst),
+        1,
+        "concurrent first uses ask once"
+    );
+    let r = k
+        .run(Batch::new("t", vec![call("again", "t.w", json!({"key": 9}))]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(r.results[0].status, Status::Ok);
+    assert_eq!(asks.load(Ordering::SeqCst), 1, "the approval is remembered");
+}
+
+#[tokio::test]
+async fn the_concurrency_cap_holds_and_ready_calls_start_in_submission_order() {
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let (r2, p2, o2) = (running.clone(), peak.clone(), order.clone());
+    let t = tool(
+        "t.n",
+        json!([]),
+        false,
+        handler(move |ctx: ToolContext, _i: Value| {
+            let (r, p, o) = (r2.clone(), p2.clone(), o2.clone());
+            async move {
+                o.lock().unwrap().push(ctx.call_id().to_owned());
+                let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                p.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                r.fetch_sub(1, Ordering::SeqCst);
+                Ok::<_, ToolError>(json!({}))
+            }
+        }),
+    );
+    let k = Kernel::builder()
+        .tool(t)
+        .max_concurrency(2)
+        .build()
+        .unwrap();
+    let calls = (0..8)
+        .map(|i| call(&format!("c{i}"), "t.n", json!({})))
+        .collect();
+    let r = k.run(Batch::new("t", calls).unwrap()).await.unwrap();
+    assert!(r.results.iter().all(|r| r.status == Status::Ok));
+    assert!(peak.load(Ordering::SeqCst) <= 2);
+    let started = order.lock().unwrap().clone();
+    assert_eq!(started, (0..8).map(|i| format!("c{i}")).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_per_tool_cap_lets_other_tools_pass() {
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let (r2, p2) = (running.clone(), peak.clone());
+    let capped = tool(
+        "t.capped",
+        json!([]),
+        false,
+        handler(move |_c: ToolContext, _i: Value| {
+            let (r, p) = (r2.clone(), p2.clone());
+            async move {
+                let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                p.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                r.fetch_sub(1, Ordering::SeqCst);
+                Ok::<_, ToolError>(json!({}))
+            }
+        }),
+    );
+    let k = Kernel::builder()
+        .tool(capped)
+        .tool(writer("t.w"))
+        .tool_concurrency("t.capped", 1)
+        .build()
+        .unwrap();
+    let mut calls: Vec<Call> = (0..4)
+        .map(|i| call(&format!("c{i}"), "t.capped", json!({})))
+        .collect();
+    calls.push(call("other", "t.w", json!({"key": "z"})));
+    let r = k.run(Batch::new("t", calls).unwrap()).await.unwrap();
+    assert!(r.results.iter().all(|r| r.status == Status::Ok));
+    assert_eq!(peak.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn deadlines_panics_and_bad_outputs_fail_only_their_call() {
+    let sleepy = tool_with(
+        json!({"id": "t.sleepy", "mutating": false, "effects": [],
+        "limits": {"memMB": 16, "cpuMs": 20}}),
+        handler(|_c: ToolContext, _i: Value| async move {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok::<_, ToolError>(json!({}))
+        }),
+    );
+    let panicky = tool(
+        "t.panic",
+        json!([]),
+        false,
+        handler(|_c: ToolContext, _i: Value| async move {
+            if true {
+                panic!("the handler broke");
+            }
+            Ok::<_, ToolError>(json!({}))
+        }),
+    );
+    let liar = tool_with(
+        json!({"id": "t.liar", "mutating": false, "effects": [],
+        "output": {"type": "object", "required": ["n"]}}),
+        handler(|_c: ToolContext, _i: Value| async move { Ok::<_, ToolError>(json!({"m": 1})) }),
+    );
+    let k = Kernel::builder()
+        .tool(sleepy)
+        .tool(panicky)
+        .tool(liar)
+        .tool(writer("t.w"))
+        .build()
+        .unwrap();
+    let r = k
+        .run(
+            Batch::new(
+                "t",
+                vec![
+                    call("slow", "t.sleepy", json!({})),
+                    call("boom", "t.panic", json!({})),
+                    call("lie", "t.liar", json!({})),
+                    call("fine", "t.w", json!({"key": "a"})),
+                ],
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.results[0].status, Status::Timeout);
+    assert!(r.results[0]
+        .error
+        .as_ref()
+        .unwrap()
+        .message
+        .contains("20 ms"));
+    assert_eq!(r.results[1].status, Status::Error);
+    assert_eq!(r.results[1].error.as_ref().unwrap().code, "panic");
+    assert!(r.results[1]
+        .error
+        .as_ref()
+        .unwrap()
+        .message
+        .contains("the handler broke"));
+    assert_eq!(r.results[2].error.as_ref().unwrap().code, "invalid-output");
+    assert!(r.results[2]
+        .error
+        .as_ref()
+        .unwrap()
+        .message
+        .contains("\"n\""));
+    assert_eq!(r.results[3].status, Status::Ok);
+}
+
+#[tokio::test]
+async fn needs_are_checked_before_the_handler_and_isolation_confines_it() {
+    let t = ctx_tool();
+    let secrets =
+        |_t: &str, name: &str, _e: Option<&str>| (name == "API_KEY").then(|| "s3cret".to_string());
+    let full = Kernel::builder()
+        .tool(t)
+        .need("db", Db("main"))
+        .env("MODE", "fast")
+        .env("HOME", "/root")
+        .secrets(secrets)
+        .grant_capability("net")
+        .build()
+        .unwrap();
+    let r = full
+        .run(Batch::new("t", vec![call("c", "t.ctx", json!({}))]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(r.results[0].status, Status::Ok, "{:?}", r.results[0].error);
+    let out = r.results[0].output.as_ref().unwrap();
+    assert_eq!(out["db"], "main");
+    assert_eq!(out["region"], "eu");
+    assert_eq!(out["mode"], "fast");
+    assert!(out["undeclared"]
+        .as_str()
+        .unwrap()
+        .contains("did not declare the secret `OTHER`"));
+
+    // The same tool without its capability, or without its need slot: it fails before the
+    // handler runs.
+    let lacking = Kernel::builder()
+        .tool(ctx_tool())
+        .need("db", Db("main"))
+        .env("MODE", "fast")
+        .secrets(secrets)
+        .build()
+        .unwrap();
+    let r = lacking
+        .run(Batch::new("t", vec![call("c", "t.ctx", json!({}))]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(r.results[0].error.as_ref().unwrap().code, "missing-need");
+    assert!(r.results[0]
+        .error
+        .as_ref()
+        .unwrap()
+        .message
+        .contains("capability `net`"));
+    let no_db = Kernel::builder()
+        .tool(ctx_tool())
+        .env("MODE", "fast")
+        .secrets(secrets)
+        .grant_capability("net")
+        .build()
+        .unwrap();
+    let r = no_db
+        .run(Batch::new("t", vec![call("c", "t.ctx", json!({}))]).unwrap())
+        .await
+        .unwrap();
+    assert!(r.results[0]
+        .error
+        .as_ref()
+        .unwrap()
+        .message
+        .contains("need `db`"));
+}
+
+#[derive(Debug)]
+struct Db(&'static str);
+
+fn ctx_tool() -> sluice_kernel::registry::Tool {
+    tool_with(
+        json!({"id": "t.ctx", "mutating": false, "effects": [],
+        "sandbox": "context-isolated",
+        "needs": [{"name": "db"}, {"name": "cache", "optional": true}],
+        "needsSpec": {"env": {"REGION": {"type": "string", "default": "eu"}, "MODE": {"type": "string"}},
+                      "secrets": {"API_KEY": {"type": "string"}}, "capabilities": ["net"]}}),
+        handler(|ctx: ToolContext, _i: Value| async move {
+            let db = ctx
+                .need::<Db>("db")
+                .map_err(|e| ToolError::new("ctx", e.to_string()))?;
+            let undeclared = ctx.resolve_secret("OTHER").unwrap_err().to_string();
+            let key = ctx
+                .resolve_secret("API_KEY")
+                .map_err(|e| ToolError::new("ctx", e.to_string()))?;
+            if ctx.env("HOME").is_ok() {
+                return Err(ToolError::new("leak", "HOME reached"));
+            }
+            Ok(
+                json!({"db": db.0, "region": ctx.env("REGION").unwrap(), "mode": ctx.env("MODE").unwrap(),
+                      "key_len": key.len(), "undeclared": undeclared}),
+            )
+        }),
+    )
+}
+
+#[tokio::test]
+async fn calls_stream_in_one_at_a_time_and_complete_as_they_finish() {
+    let k = Kernel::builder().tool(writer("t.w")).build().unwrap();
+    let mut h = k.open("t").unwrap();
+    h.submit(call("a", "t.w", json!({"key": "1", "ms": 30})))
+        .unwrap();
+    // `b` arrives while `a` runs, and does not wait for it.
+    h.submit(call("b", "t.w", json!({"key": "2"}))).unwrap();
+    let first = h.next_completion().await.unwrap();
+    assert_eq!(first.id, "b");
+    h.submit(call("c", "t.w", json!({"key": "1"}))).unwrap(); // waits for `a`
+    assert!(matches!(
+        h.submit(call("c", "t.w", json!({}))),
+        Err(sluice_kernel::Error::DuplicateCallId { .. })
+    ));
+    h.close();
+    let rest: Vec<String> = (&mut h).map(|r| r.id).collect().await;
+    assert_eq!(rest, ["a", "c"]);
+    let r = h.finish().await;
+    assert_eq!(r.results.len(), 3);
+    assert!(r.results[2].started.unwrap() >= r.results[0].ended.unwrap());
+}
+
+#[tokio::test]
+async fn overlapping_batches_of_a_tenant_are_ordered_and_tenants_never_wait_for_each_other() {
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let g = gate.clone();
+    let blocker = tool(
+        "t.block",
+        json!([{"kind": "writes", "resource": "x:{key}"}]),
+        true,
+        handler(move |_c: ToolContext, _i: Value| {
+            let g = g.clone();
+            async move {
+                g.notified().await;
+                Ok::<_, ToolError>(json!({}))
+            }
+        }),
+    );
+    let k = Kernel::builder()
+        .tool(blocker)
+        .tool(writer("t.w"))
+        .build()
+        .unwrap();
+    let first = k
+        .submit(Batch::new("acme", vec![call("hold", "t.block", json!({"key": "k"}))]).unwrap())
+        .unwrap();
+    // Another tenant touching the same resource is not held back.
+    let other = k
+        .run(Batch::new("globex", vec![call("w", "t.w", json!({"key": "k"}))]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(other.results[0].status, Status::Ok);
+    // The same tenant's next batch waits for the first batch's conflicting call.
+    let mut second = k
+        .submit(
+            Batch::new(
+                "acme",
+                vec![
+                    call("after", "t.w", json!({"key": "k"})),
+                    call("free", "t.w", json!({"key": "other"})),
+                ],
+            )
+            .unwrap(),
+        )
+        .unwrap();
+    let done = second.next_completion().await.unwrap();
+    assert_eq!(done.id, "free");
+    gate.notify_one();
+    let r1 = first.finish().await;
+    let r2 = second.finish().await;
+    assert!(r2.get("after").unwrap().started.is_some());
+    assert_eq!(r2.get("after").unwrap().status, Status::Ok);
+    assert_eq!(r1.results[0].status, Status::Ok);
+    // Memory is bounded: an idle tenant holds nothing.
+    assert_eq!(k.tenant_load("acme"), (0, 0));
+}
+
+#[tokio::test]
+async fn the_sink_receives_every_call_edge_and_batch() {
+    let records = Arc::new(Mutex::new(Vec::new()));
+    let r2 = records.clone();
+    let k = Kernel::builder()
+        .tool(writer("t.w"))
+        .authorizer(deny_writes_to("x:denied"))
+        .provenance(move |r: Record| r2.lock().unwrap().push(r))
+        .build()
+        .unwrap();
+    let r = k
+        .run(
+            Batch::new(
+                "t",
+                vec![
+                    call("a", "t.w", json!({"key": "1"})),
+                    call("b", "t.w", json!({"key": "1"})),
+                    call("c", "t.w", json!({"key": "denied"})),
+                    call("d", "no.such.tool", json!({})),
+                ],
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let recs = records.lock().unwrap().clone();
+    let calls: Vec<_> = recs
+        .iter()
+        .filter_map(|r| match r {
+            Record::Call(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(calls.len(), 4);
+    let b = calls.iter().find(|c| c.call == "b").unwrap();
+    assert_eq!(b.decision.as_deref(), Some("allow"));
+    assert_eq!(b.decided_by.as_deref(), Some("default"));
+    assert_eq!(b.input_sha256.len(), 64);
+    assert!(b.output_sha256.is_some());
+    assert_eq!(b.accesses[0].resource, "x:1");
+    assert!(b.started_at_ms.unwrap() <= b.ended_at_ms.unwrap());
+    let c = calls.iter().find(|c| c.call == "c").unwrap();
+    assert_eq!(c.outcome, Status::Denied);
+    assert_eq!(c.decided_by.as_deref(), Some("no-x1"));
+    assert_eq!(c.started_at_ms, None);
+    let d = calls.iter().find(|c| c.call == "d").unwrap();
+    assert_eq!(d.error_code.as_deref(), Some("unknown-tool"));
+    assert_eq!(d.tool_version, None);
+    let edges: Vec<_> = recs
+        .iter()
+        .filter_map(|r| match r {
+            Record::Edge(e) => Some(e),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(edges.len(), 1);
+    assert_eq!(
+        (
+            edges[0].from.as_str(),
+            edges[0].to.as_str(),
+            edges[0].kind.as_str()
+        ),
+        ("a", "b", "write-after-write")
+    );
+    assert!(!edges[0].causal);
+    let batch = recs
+        .iter()
+        .find_map(|r| match r {
+            Record::Batch(b) => Some(b),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(batch.calls, ["a", "b", "c", "d"]);
+    assert_eq!(batch.batch, r.batch_id);
+}
+
+#[tokio::test]
+async fn tools_without_a_handler_are_refused_at_build_or_fail_alone() {
+    let m =
+        sluice_kernel::manifest::Manifest::from_value(json!({"id": "t.none", "description": "d",
+        "version": "1.0.0", "input": {"type": "object"}, "output": {}, "mutating": false}))
+        .unwrap();
+    let t = || {
+        sluice_kernel::registry::Tool::new(
+            m.clone(),
+            sluice_kernel::load::ManifestSource::built_in(),
+            None,
+        )
+        .unwrap()
+    };
+    let err = Kernel::builder().tool(t()).build().unwrap_err();
+    assert!(err.to_string().contains("t.none"), "{err}");
+    let k = Kernel::builder()
+        .tool(t())
+        .allow_unrunnable_tools(true)
+        .build()
+        .unwrap();
+    let r = k
+        .run(Batch::new("t", vec![call("x", "t.none", json!({}))]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(r.results[0].error.as_ref().unwrap().code, "no-handler");
+}
+
+#[tokio::test]
+async fn approve_all_approves() {
+    let k = Kernel::builder()
+        .tool(writer("t.w"))
+        .authorizer(deny_writes_to("none"))
+        .approver(ApproveAll)
+        .build()
+        .unwrap();
+    let r = k
+        .run(Batch::new("t", vec![call("ask-x", "t.w", json!({"key": "q"}))]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(r.results[0].status, Status::Ok);
+    assert_eq!(r.results[0].approver.as_deref(), Some("auto-approve"));
+}
+
+#[test]
+fn the_kernel_refuses_to_run_outside_a_runtime() {
+    let k = Kernel::builder().build().unwrap();
+    assert!(matches!(k.open("t"), Err(sluice_kernel::Error::NoRuntime)));
+}

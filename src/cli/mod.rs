@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 pub(crate) mod common;
+mod demo;
 mod plan;
 mod run;
 mod validate;
@@ -32,6 +33,9 @@ enum Command {
     /// order, each starting as soon as its predecessors finish. Prints every call's result in
     /// submission order. Exit 0 when the batch ran, whatever each call's status.
     Run(run::Args),
+    /// The main job: one agent turn of 12 tool calls run serially, behind one global read/write
+    /// lock, and with Sluice; timelines, identical results, and the speed-up.
+    Demo(demo::Args),
 }
 
 /// Output format of `validate`.
@@ -49,6 +53,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Validate(a) => validate::run(a),
         Command::Plan(a) => plan::run(a),
         Command::Run(a) => run::run(a),
+        Command::Demo(a) => demo::run(a),
     }
 }
 

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 pub(crate) mod common;
 mod demo;
 mod plan;
+mod policy;
 mod run;
 mod validate;
 
@@ -36,6 +37,9 @@ enum Command {
     /// The main job: one agent turn of 12 tool calls run serially, behind one global read/write
     /// lock, and with Sluice; timelines, identical results, and the speed-up.
     Demo(demo::Args),
+    /// Policy documents: check one, or explain a decision.
+    #[command(subcommand)]
+    Policy(policy::Command),
 }
 
 /// Output format of `validate`.
@@ -54,6 +58,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plan(a) => plan::run(a),
         Command::Run(a) => run::run(a),
         Command::Demo(a) => demo::run(a),
+        Command::Policy(c) => policy::run(c),
     }
 }
 

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::ValueEnum;
 use serde_json::{json, Value};
 use sluice::kernel::access::Normalizers;
+use sluice::kernel::authorize::{Authorization, Decision};
 use sluice::kernel::builtin::KvStore;
 use sluice::kernel::plan::Plan;
 
@@ -24,6 +25,9 @@ pub(crate) struct Args {
     /// The directory the built-in fs tools are confined to. Default: the current directory.
     #[arg(long)]
     root: Option<PathBuf>,
+    /// A policy document: each call then shows its decision and the reason for it.
+    #[arg(long)]
+    policy: Option<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value = "json")]
     format: PlanFormat,
@@ -37,15 +41,32 @@ enum PlanFormat {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let engine = args
+        .policy
+        .as_deref()
+        .map(super::policy::load)
+        .transpose()?;
     let registry = load_tools(&args.tools, args.root.as_deref(), KvStore::new())?;
     let batch = read_batch(&args.batch)?;
     let plan = Plan::new(&registry, &Normalizers::default(), batch);
     if let Some((call, rejection)) = plan.first_rejection() {
         return Err(invalid(rejection.message(&call.call)));
     }
+    let auth: Option<Vec<Authorization>> = engine.map(|e| {
+        plan.calls
+            .iter()
+            .map(|c| match &c.tool {
+                Some(t) => e.decide(&plan.tenant, t.manifest(), &c.accesses),
+                None => Authorization::new(Decision::Deny, "unknown-tool"),
+            })
+            .collect()
+    });
     match args.format {
-        PlanFormat::Json => println!("{}", serde_json::to_string_pretty(&to_json(&plan))?),
-        PlanFormat::Text => print!("{}", to_text(&plan)),
+        PlanFormat::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&to_json(&plan, auth.as_deref()))?
+        ),
+        PlanFormat::Text => print!("{}", to_text(&plan, auth.as_deref())),
         PlanFormat::Dot => print!("{}", to_dot(&plan)),
     }
     Ok(ExitCode::SUCCESS)
@@ -56,11 +77,12 @@ fn id(plan: &Plan, i: usize) -> &str {
 }
 
 /// The plan as cli.md's JSON.
-pub(crate) fn to_json(plan: &Plan) -> Value {
+pub(crate) fn to_json(plan: &Plan, auth: Option<&[Authorization]>) -> Value {
     let calls: Vec<Value> = plan
         .calls
         .iter()
-        .map(|c| {
+        .enumerate()
+        .map(|(i, c)| {
             let accesses: Vec<Value> = c
                 .accesses
                 .iter()
@@ -69,8 +91,12 @@ pub(crate) fn to_json(plan: &Plan) -> Value {
                            "mode": a.mode().as_str()})
                 })
                 .collect();
-            json!({"id": c.call.id, "tool": c.call.tool, "read_only": c.is_read_only(),
-                   "accesses": accesses})
+            let mut v = json!({"id": c.call.id, "tool": c.call.tool,
+                               "read_only": c.is_read_only(), "accesses": accesses});
+            if let Some(a) = auth.and_then(|a| a.get(i)) {
+                v["authorization"] = json!({"decision": a.decision.as_str(), "by": a.by});
+            }
+            v
         })
         .collect();
     let edges: Vec<Value> = plan
@@ -98,7 +124,7 @@ pub(crate) fn to_json(plan: &Plan) -> Value {
            "critical_path": critical})
 }
 
-fn to_text(plan: &Plan) -> String {
+fn to_text(plan: &Plan, auth: Option<&[Authorization]>) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     let waves = plan.graph.waves();
@@ -124,6 +150,9 @@ fn to_text(plan: &Plan) -> String {
             ""
         };
         let _ = writeln!(s, "\n{}  {}{ro}", c.call.id, c.call.tool);
+        if let Some(a) = auth.and_then(|a| a.get(i)) {
+            let _ = writeln!(s, "    {} by {}", a.decision, a.by);
+        }
         if c.accesses.is_empty() {
             let _ = writeln!(s, "    touches nothing");
         }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use serde_json::{json, Value};
+use sluice::kernel::authorize::{ApproveAll, RejectAll};
 use sluice::kernel::batch::{BatchResult, CallResult};
 use sluice::kernel::builtin::KvStore;
 use sluice::kernel::kernel::{Kernel, OnFailure};
@@ -25,6 +26,14 @@ pub(crate) struct Args {
     /// The directory the built-in fs tools are confined to. Default: the current directory.
     #[arg(long)]
     root: Option<PathBuf>,
+    /// A policy document: every access is authorized per tenant. Without it, every access is
+    /// allowed and nothing asks.
+    #[arg(long)]
+    policy: Option<PathBuf>,
+    /// Who answers asks: `all` approves, `none` rejects (fail closed), `prompt` asks y/n on the
+    /// terminal.
+    #[arg(long, value_enum, default_value = "none")]
+    approve: ApproveMode,
     /// What happens to the dependents of a failed call.
     #[arg(long, value_enum, default_value = "continue")]
     on_failure: FailureMode,
@@ -43,12 +52,24 @@ enum FailureMode {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ApproveMode {
+    All,
+    None,
+    Prompt,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum RunFormat {
     Json,
     Text,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let engine = args
+        .policy
+        .as_deref()
+        .map(super::policy::load)
+        .transpose()?;
     let registry = load_tools(&args.tools, args.root.as_deref(), KvStore::new())?;
     let batch = read_batch(&args.batch)?;
     let mut builder = Kernel::builder()
@@ -61,6 +82,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(n) = args.max_concurrency {
         builder = builder.max_concurrency(n);
     }
+    if let Some(engine) = engine {
+        builder = builder.authorizer(engine);
+    }
+    builder = match args.approve {
+        ApproveMode::All => builder.approver(ApproveAll),
+        ApproveMode::None => builder.approver(RejectAll),
+        ApproveMode::Prompt => builder.approver(super::policy::PromptApprover::default()),
+    };
     let kernel = builder.build()?;
     let runtime = tokio::runtime::Runtime::new()?;
     let result = runtime.block_on(kernel.run(batch))?;

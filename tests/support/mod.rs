@@ -136,3 +136,27 @@ pub fn tool_with(
     )
     .expect("test tool compiles")
 }
+
+/// Runs a command in a new session (no controlling terminal), feeding `stdin`; its stdout.
+pub fn sluice_detached(cmd: std::process::Command, stdin: &str) -> String {
+    use std::io::Write;
+    // `setsid` starts the program in a new session, which has no controlling terminal.
+    let program = cmd.get_program().to_owned();
+    let args: Vec<_> = cmd.get_args().map(|a| a.to_owned()).collect();
+    let mut outer = std::process::Command::new("setsid");
+    outer
+        .arg(program)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = outer.spawn().expect("setsid runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin is piped")
+        .write_all(stdin.as_bytes())
+        .expect("stdin takes the input");
+    let out = child.wait_with_output().expect("the command finishes");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -5,9 +5,14 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+#[macro_use]
 mod cli;
 
 fn main() -> ExitCode {
+    // A bug must still end with one clear line, never a backtrace.
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("sluice: internal error (a bug in sluice, please report it): {info}");
+    }));
     let args = cli::Cli::parse();
     match cli::run(args) {
         Ok(code) => code,

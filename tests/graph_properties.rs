@@ -96,6 +96,33 @@ proptest! {
     }
 
     #[test]
+    fn a_reader_is_linked_causally_to_the_last_writer_of_what_it_reads(calls in batch()) {
+        // Over exact resources: whenever a call reads a key, the last earlier call that wrote
+        // that key (exactly) has a direct read-after-write edge to it, so `why` can follow it.
+        let mut graph = ConflictGraph::new();
+        for c in &calls {
+            graph.add_call(c);
+        }
+        let edges: Vec<Edge> = graph.edges().into_iter().cloned().collect();
+        for (j, later) in calls.iter().enumerate() {
+            for r in later.iter().filter(|a| a.mode() == sluice_kernel::manifest::AccessMode::Read) {
+                let Some(key) = r.resource.as_exact() else { continue };
+                let writer = (0..j).rev().find(|&i| calls[i].iter().any(|a| {
+                    a.mode() == sluice_kernel::manifest::AccessMode::Write && a.resource.matches(key)
+                }));
+                let Some(i) = writer else { continue };
+                if !calls[i].iter().any(|a| a.resource.as_exact() == Some(key)) {
+                    continue; // the last writer wrote through a wildcard: ordering only
+                }
+                prop_assert!(
+                    edges.iter().any(|e| e.from == i && e.to == j && e.kind == EdgeKind::ReadAfterWrite),
+                    "call {} reads {} last written by call {}, but no read-after-write edge joins them", j, key, i
+                );
+            }
+        }
+    }
+
+    #[test]
     fn forgetting_finished_calls_keeps_the_order_among_live_ones(
         calls in batch(), cut in 0usize..24
     ) {

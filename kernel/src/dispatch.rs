@@ -243,6 +243,18 @@ async fn run_ordered(
             return;
         }
     };
+    // The predecessors are done; if the batch was cancelled meanwhile, cancellation wins over
+    // whatever they ended with.
+    if cancel.is_cancelled() {
+        let outcome = Outcome::fail(
+            Status::Cancelled,
+            "cancelled",
+            "the batch was cancelled before the call started",
+        );
+        release(&domain, inserted.position, Some(&job.prepared.call.id));
+        Box::pin(finish(*job, outcome, None, edges)).await;
+        return;
+    }
     let outcome = match approval {
         None => None,
         Some(fut) => match fut.await {

@@ -288,51 +288,82 @@ impl ConflictIndex {
     pub fn insert(&mut self, call: usize, accesses: &[Access], out: &mut Vec<Edge>) {
         self.pending.clear();
         if let [a] = accesses {
+            let reads = a.mode() == AccessMode::Read;
             match a.resource.as_exact() {
-                Some(key) => self.insert_exact(call, key, &a.resource, a.mode()),
-                None => self.insert_wild(call, &a.resource, a.mode()),
+                Some(key) => self.insert_exact(call, key, &a.resource, a.mode(), reads),
+                None => self.insert_wild(call, &a.resource, a.mode(), reads),
             }
             out.append(&mut self.pending);
             return;
         }
-        for (i, a) in accesses.iter().enumerate() {
-            // One mode per pattern within a call: write if any access to it writes.
-            if accesses[..i].iter().any(|b| b.resource == a.resource) {
-                continue;
-            }
-            let mode = if accesses[i..]
-                .iter()
-                .any(|b| b.resource == a.resource && b.mode() == AccessMode::Write)
-            {
-                AccessMode::Write
-            } else {
-                AccessMode::Read
-            };
-            match a.resource.as_exact() {
-                Some(key) => self.insert_exact(call, key, &a.resource, mode),
-                None => self.insert_wild(call, &a.resource, mode),
+        // Entries that read go first (pure reads, then reads-and-writes, then pure writes): a read
+        // must see the last writer before this call's own writes take the resource over.
+        for pass in 0..3 {
+            for (i, a) in accesses.iter().enumerate() {
+                // One entry per pattern within a call, in the strictest mode of its accesses.
+                if accesses[..i].iter().any(|b| b.resource == a.resource) {
+                    continue;
+                }
+                let (mut writes, mut reads) = (false, false);
+                for b in accesses[i..].iter().filter(|b| b.resource == a.resource) {
+                    match b.mode() {
+                        AccessMode::Write => writes = true,
+                        AccessMode::Read => reads = true,
+                    }
+                }
+                let mode = if writes {
+                    AccessMode::Write
+                } else {
+                    AccessMode::Read
+                };
+                let order = match (writes, reads) {
+                    (false, _) => 0,
+                    (true, true) => 1,
+                    (true, false) => 2,
+                };
+                if order != pass {
+                    continue;
+                }
+                match a.resource.as_exact() {
+                    Some(key) => self.insert_exact(call, key, &a.resource, mode, reads),
+                    None => self.insert_wild(call, &a.resource, mode, reads),
+                }
             }
         }
         out.append(&mut self.pending);
     }
 
+    /// Records the edge `from -> to` once. A second reason for the same edge replaces the first
+    /// only when it is causal (read-after-write) and the first was not: provenance follows causal
+    /// edges.
     fn edge(&mut self, from: usize, to: usize, resource: &Pattern, kind: EdgeKind) {
         if from == to {
             return;
         }
         // Few edges per call is the norm: a scan; many (a write after a crowd of readers): a set.
-        if self.pending.len() < 16 {
-            if self.pending.iter().any(|e| e.from == from) {
-                return;
+        let known = if self.pending.len() < 16 {
+            self.pending.iter().any(|e| e.from == from)
+        } else {
+            self.pending_from.contains(&from)
+        };
+        if known {
+            if kind.is_causal() {
+                if let Some(e) = self.pending.iter_mut().find(|e| e.from == from) {
+                    if !e.kind.is_causal() {
+                        e.kind = kind;
+                        e.resource = resource.clone();
+                    }
+                }
             }
-            if self.pending.len() == 15 {
-                self.pending_from.clear();
-                self.pending_from
-                    .extend(self.pending.iter().map(|e| e.from));
-                self.pending_from.insert(from);
-            }
-        } else if !self.pending_from.insert(from) {
             return;
+        }
+        if self.pending.len() == 15 {
+            self.pending_from.clear();
+            self.pending_from
+                .extend(self.pending.iter().map(|e| e.from));
+        }
+        if self.pending.len() >= 15 {
+            self.pending_from.insert(from);
         }
         self.pending.push(Edge {
             from,
@@ -384,7 +415,16 @@ impl ConflictIndex {
         }
     }
 
-    fn insert_exact(&mut self, call: usize, key: &str, resource: &Pattern, mode: AccessMode) {
+    /// `reads`: the call also reads this resource (a read and a write of one resource merge into
+    /// one write-mode entry; the read still makes the edge from the last writer causal).
+    fn insert_exact(
+        &mut self,
+        call: usize,
+        key: &str,
+        resource: &Pattern,
+        mode: AccessMode,
+        reads: bool,
+    ) {
         if !self.wild.is_empty() {
             self.prefixes_of(key, true);
         } else {
@@ -416,10 +456,15 @@ impl ConflictIndex {
                 let mut readers = std::mem::take(&mut self.scratch_calls);
                 readers.clear();
                 readers.extend(state.readers.drain(..).filter(|r| *r != call));
-                if readers.is_empty() {
-                    if let Some(w) = last_writer {
-                        self.edge(w, call, resource, EdgeKind::WriteAfterWrite);
-                    }
+                // A call that also reads sees the last writer's value: that edge is causal and
+                // kept even when the readers since already order the two.
+                if let Some(w) = last_writer.filter(|_| reads || readers.is_empty()) {
+                    let kind = if reads {
+                        EdgeKind::ReadAfterWrite
+                    } else {
+                        EdgeKind::WriteAfterWrite
+                    };
+                    self.edge(w, call, resource, kind);
                 }
                 for r in readers.drain(..) {
                     self.edge(r, call, resource, EdgeKind::WriteAfterRead);
@@ -444,7 +489,7 @@ impl ConflictIndex {
         }
     }
 
-    fn insert_wild(&mut self, call: usize, resource: &Pattern, mode: AccessMode) {
+    fn insert_wild(&mut self, call: usize, resource: &Pattern, mode: AccessMode, reads: bool) {
         let id = self.intern(resource);
         let prefix = resource.literal_prefix();
 
@@ -485,10 +530,13 @@ impl ConflictIndex {
                     let mut readers = std::mem::take(&mut self.scratch_calls);
                     readers.clear();
                     readers.extend(state.readers.drain(..).filter(|r| *r != call));
-                    if readers.is_empty() {
-                        if let Some(w) = last_writer {
-                            self.edge(w, call, &label, EdgeKind::WriteAfterWrite);
-                        }
+                    if let Some(w) = last_writer.filter(|_| reads || readers.is_empty()) {
+                        let kind = if reads {
+                            EdgeKind::ReadAfterWrite
+                        } else {
+                            EdgeKind::WriteAfterWrite
+                        };
+                        self.edge(w, call, &label, kind);
                     }
                     for r in readers.drain(..) {
                         self.edge(r, call, &label, EdgeKind::WriteAfterRead);
@@ -521,9 +569,10 @@ impl ConflictIndex {
                 .writes
                 .iter()
                 .map(|e| {
-                    let kind = match mode {
-                        AccessMode::Read => EdgeKind::ReadAfterWrite,
-                        AccessMode::Write => EdgeKind::WriteAfterWrite,
+                    let kind = if reads {
+                        EdgeKind::ReadAfterWrite
+                    } else {
+                        EdgeKind::WriteAfterWrite
                     };
                     (*e, kind)
                 })

@@ -177,19 +177,19 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     std::fs::create_dir_all(&out)?;
     let rt = tokio::runtime::Runtime::new()?;
-    println!(
+    outln!(
         "One agent turn: {} tool calls, run three ways.\n",
         turn().len()
     );
     let (serial, kv_serial) = rt.block_on(with_baseline(&out, false))?;
-    println!("1. Serially, one call at a time:\n{}", to_text(&serial));
+    outln!("1. Serially, one call at a time:\n{}", to_text(&serial));
     let (locked, kv_locked) = rt.block_on(with_baseline(&out, true))?;
-    println!(
+    outln!(
         "2. Behind one global read/write lock (reads together, each write alone):\n{}",
         to_text(&locked)
     );
     let (sluice, kv_sluice) = rt.block_on(with_sluice(&out))?;
-    println!(
+    outln!(
         "3. With Sluice (conflicting calls in order, the rest at once):\n{}",
         to_text(&sluice)
     );
@@ -205,11 +205,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         && kv_serial == kv_sluice
         && kv_locked == kv_sluice;
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    println!(
+    outln!(
         "Results identical in all three runs: {}",
         if same { "yes" } else { "NO" }
     );
-    println!(
+    outln!(
         "Makespan: serial {:.0} ms, global lock {:.0} ms, Sluice {:.0} ms — {:.1}x and {:.1}x faster.",
         ms(serial.makespan),
         ms(locked.makespan),
@@ -217,7 +217,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         ms(serial.makespan) / ms(sluice.makespan),
         ms(locked.makespan) / ms(sluice.makespan)
     );
-    println!("Files the demo wrote: {}", out.display());
+    outln!("Files the demo wrote: {}", out.display());
     Ok(if same {
         ExitCode::SUCCESS
     } else {

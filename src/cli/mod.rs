@@ -4,10 +4,49 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+/// Prints to standard output; a closed pipe (`sluice ... | head`) ends the program quietly
+/// instead of panicking.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cli::emit(format_args!($($arg)*), false)
+    };
+}
+
+/// [`out!`] with a newline.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::cli::emit(format_args!($($arg)*), true)
+    };
+}
+
+/// Writes to standard output; exits with status 0 when the reader has gone away.
+pub(crate) fn emit(args: std::fmt::Arguments<'_>, newline: bool) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let r = out
+        .write_fmt(args)
+        .and_then(|_| {
+            if newline {
+                out.write_all(b"\n")
+            } else {
+                Ok(())
+            }
+        })
+        .and_then(|_| out.flush());
+    if let Err(e) = r {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("sluice: cannot write to standard output: {e}");
+        std::process::exit(2);
+    }
+}
+
 pub(crate) mod common;
 mod demo;
 mod plan;
 mod policy;
+mod provenance;
 mod run;
 mod validate;
 
@@ -40,6 +79,9 @@ enum Command {
     /// Policy documents: check one, or explain a decision.
     #[command(subcommand)]
     Policy(policy::Command),
+    /// Provenance logs: verify one, ask who wrote what and why a call saw what it saw, export.
+    #[command(subcommand)]
+    Provenance(provenance::Command),
 }
 
 /// Output format of `validate`.
@@ -59,6 +101,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(a) => run::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Policy(c) => policy::run(c),
+        Command::Provenance(c) => provenance::run(c),
     }
 }
 

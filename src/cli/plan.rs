@@ -62,12 +62,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             .collect()
     });
     match args.format {
-        PlanFormat::Json => println!(
+        PlanFormat::Json => outln!(
             "{}",
             serde_json::to_string_pretty(&to_json(&plan, auth.as_deref()))?
         ),
-        PlanFormat::Text => print!("{}", to_text(&plan, auth.as_deref())),
-        PlanFormat::Dot => print!("{}", to_dot(&plan)),
+        PlanFormat::Text => out!("{}", to_text(&plan, auth.as_deref())),
+        PlanFormat::Dot => out!("{}", to_dot(&plan)),
     }
     Ok(ExitCode::SUCCESS)
 }

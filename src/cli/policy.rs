@@ -73,7 +73,7 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Check { file } => match PolicyDocument::from_path(&file) {
             Ok(doc) => {
                 let rules: usize = doc.tenants.values().map(|t| t.rules.len()).sum();
-                println!(
+                outln!(
                     "{}: valid ({} tenant(s), {rules} rule(s))",
                     file.display(),
                     doc.tenants.len()
@@ -81,9 +81,9 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::SUCCESS)
             }
             Err(PolicyError::Invalid { problems }) => {
-                println!("{}: INVALID", file.display());
+                outln!("{}: INVALID", file.display());
                 for p in problems {
-                    println!("  error {p}");
+                    outln!("  error {p}");
                 }
                 Ok(ExitCode::from(1))
             }
@@ -116,15 +116,16 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
                 .is_some_and(|t| t.access_plan().is_read_only());
             let x = engine.explain(&tenant, &tool, read_only, kind, &resource);
             match format {
-                TextOrJson::Json => println!("{}", serde_json::to_string_pretty(&x)?),
+                TextOrJson::Json => outln!("{}", serde_json::to_string_pretty(&x)?),
                 TextOrJson::Text => {
-                    println!("{}: {} by {}", tenant, x.decision, x.by);
+                    outln!("{}: {} by {}", tenant, x.decision, x.by);
                     if !x.known_tenant {
-                        println!("  the tenant is not in the policy: everything is denied");
+                        outln!("  the tenant is not in the policy: everything is denied");
                     }
-                    println!(
+                    outln!(
                         "  access {effect} {resource}: {} by {}",
-                        x.access.decision, x.access.by
+                        x.access.decision,
+                        x.access.by
                     );
                     for r in &x.rules {
                         let state = if r.applies {
@@ -134,9 +135,9 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
                         } else {
                             "filters do not match"
                         };
-                        println!("    rule {:<20} {:<5}  {state}", r.id, r.decision.as_str());
+                        outln!("    rule {:<20} {:<5}  {state}", r.id, r.decision.as_str());
                     }
-                    println!(
+                    outln!(
                         "  mode of `{tool}`: {} ({})",
                         x.mode,
                         if read_only {

@@ -10,6 +10,7 @@ use sluice::kernel::authorize::{ApproveAll, RejectAll};
 use sluice::kernel::batch::{BatchResult, CallResult};
 use sluice::kernel::builtin::KvStore;
 use sluice::kernel::kernel::{Kernel, OnFailure};
+use sluice::provenance::Durability;
 
 use super::common::{load_tools, read_batch};
 
@@ -34,6 +35,13 @@ pub(crate) struct Args {
     /// terminal.
     #[arg(long, value_enum, default_value = "none")]
     approve: ApproveMode,
+    /// Append a record of every call, conflict edge and the batch to this provenance log
+    /// (created if missing; a torn last line is repaired).
+    #[arg(long)]
+    provenance: Option<PathBuf>,
+    /// `durable`: a call's record is on disk before its result is reported; `buffered`: faster.
+    #[arg(long, value_enum, default_value = "durable")]
+    durability: DurabilityMode,
     /// What happens to the dependents of a failed call.
     #[arg(long, value_enum, default_value = "continue")]
     on_failure: FailureMode,
@@ -49,6 +57,12 @@ pub(crate) struct Args {
 enum FailureMode {
     Continue,
     SkipDependents,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum DurabilityMode {
+    Durable,
+    Buffered,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -90,12 +104,31 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         ApproveMode::None => builder.approver(RejectAll),
         ApproveMode::Prompt => builder.approver(super::policy::PromptApprover::default()),
     };
+    let log = match &args.provenance {
+        Some(p) => Some(std::sync::Arc::new(super::provenance::open(
+            p,
+            match args.durability {
+                DurabilityMode::Durable => Durability::Durable,
+                DurabilityMode::Buffered => Durability::Buffered,
+            },
+        )?)),
+        None => None,
+    };
+    if let Some(log) = &log {
+        builder = builder.provenance_arc(log.clone());
+    }
     let kernel = builder.build()?;
     let runtime = tokio::runtime::Runtime::new()?;
     let result = runtime.block_on(kernel.run(batch))?;
+    drop(kernel);
+    if let Some(log) = log {
+        runtime
+            .block_on(log.flush())
+            .map_err(|e| anyhow::anyhow!("the provenance log could not be written: {e}"))?;
+    }
     match args.format {
-        RunFormat::Json => println!("{}", serde_json::to_string_pretty(&to_json(&result))?),
-        RunFormat::Text => print!("{}", to_text(&result)),
+        RunFormat::Json => outln!("{}", serde_json::to_string_pretty(&to_json(&result))?),
+        RunFormat::Text => out!("{}", to_text(&result)),
     }
     Ok(ExitCode::SUCCESS)
 }

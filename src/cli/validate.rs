@@ -87,7 +87,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                     })
                 })
                 .collect();
-            println!(
+            outln!(
                 "{}",
                 serde_json::to_string_pretty(&json!({"manifests": manifests}))?
             );
@@ -99,20 +99,20 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 } else {
                     "INVALID"
                 };
-                println!(
+                outln!(
                     "{}  {}  {verdict}",
                     e.source,
                     e.id.as_deref().unwrap_or("(no id)")
                 );
                 for d in &e.errors {
-                    println!("  error   {}: {}", pointer_text(&d.pointer), d.message);
+                    outln!("  error   {}: {}", pointer_text(&d.pointer), d.message);
                 }
                 for d in &e.warnings {
-                    println!("  warning {}: {}", pointer_text(&d.pointer), d.message);
+                    outln!("  warning {}: {}", pointer_text(&d.pointer), d.message);
                 }
             }
             let invalid = entries.iter().filter(|e| !e.errors.is_empty()).count();
-            println!(
+            outln!(
                 "{} manifest(s), {} invalid, {} warning(s)",
                 entries.len(),
                 invalid,

@@ -1,0 +1,319 @@
+//! Questions about a log: lineage, causes, and a W3C PROV-JSON export.
+//!
+//! Takes in: a checked log's records. Hands on: answers — which calls wrote resources overlapping a
+//! pattern ([`lineage`]), which calls a call may have seen the writes of ([`why`]), and the whole
+//! log as a PROV-JSON document ([`prov_json`]).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+use sluice_kernel::pattern::Pattern;
+use sluice_kernel::provenance::{CallRecord, EdgeRecord, Record};
+
+/// A call, named by its batch and id.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct CallKey {
+    /// The batch.
+    pub batch: String,
+    /// The call id.
+    pub call: String,
+}
+
+fn key(c: &CallRecord) -> CallKey {
+    CallKey {
+        batch: c.batch.clone(),
+        call: c.call.clone(),
+    }
+}
+
+/// The calls that wrote (any write-mode access) a resource overlapping `pattern`, in log order,
+/// with the edges among them and from them.
+#[derive(Debug, Clone, Serialize)]
+pub struct Lineage {
+    /// The pattern asked about.
+    pub resource: String,
+    /// The writers, in log order: who, what they wrote, outcome.
+    pub writers: Vec<Value>,
+    /// Conflict edges that touch a writer.
+    pub edges: Vec<EdgeRecord>,
+}
+
+/// Answers a lineage question.
+pub fn lineage(records: &[Record], pattern: &Pattern) -> Lineage {
+    let mut writers = Vec::new();
+    let mut keys = BTreeSet::new();
+    for r in records {
+        if let Record::Call(c) = r {
+            let wrote: Vec<&str> = c
+                .accesses
+                .iter()
+                .filter(|a| a.mode == "write")
+                .filter(|a| Pattern::parse(&a.resource).is_ok_and(|p| p.overlaps(pattern)))
+                .map(|a| a.resource.as_str())
+                .collect();
+            // A call that did not run changed nothing.
+            if !wrote.is_empty() && c.started_at_ms.is_some() {
+                keys.insert(key(c));
+                writers.push(json!({"batch": c.batch, "call": c.call, "tool": c.tool,
+                    "wrote": wrote, "outcome": c.outcome, "decided_by": c.decided_by,
+                    "started_at_ms": c.started_at_ms, "ended_at_ms": c.ended_at_ms}));
+            }
+        }
+    }
+    let edges = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Edge(e) => Some(e),
+            _ => None,
+        })
+        .filter(|e| {
+            keys.contains(&CallKey {
+                batch: e.from_batch.clone(),
+                call: e.from.clone(),
+            }) || keys.contains(&CallKey {
+                batch: e.to_batch.clone(),
+                call: e.to.clone(),
+            })
+        })
+        .cloned()
+        .collect();
+    Lineage {
+        resource: pattern.to_text(),
+        writers,
+        edges,
+    }
+}
+
+/// A call's causal ancestors: every call reachable backwards through read-after-write edges, with
+/// the edge that links each one.
+#[derive(Debug, Clone, Serialize)]
+pub struct Why {
+    /// The call asked about.
+    pub call: CallKey,
+    /// Its ancestors, nearest first, each with the edge through which it was reached.
+    pub ancestors: Vec<EdgeRecord>,
+}
+
+/// Answers a why question for every call with id `call` (in `batch`, when given).
+pub fn why(records: &[Record], call: &str, batch: Option<&str>) -> Vec<Why> {
+    let mut into: HashMap<CallKey, Vec<&EdgeRecord>> = HashMap::new();
+    for r in records {
+        if let Record::Edge(e) = r {
+            if e.causal {
+                into.entry(CallKey {
+                    batch: e.to_batch.clone(),
+                    call: e.to.clone(),
+                })
+                .or_default()
+                .push(e);
+            }
+        }
+    }
+    let targets: Vec<CallKey> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Call(c) if c.call == call && batch.is_none_or(|b| b == c.batch) => Some(key(c)),
+            _ => None,
+        })
+        .collect();
+    targets
+        .into_iter()
+        .map(|target| {
+            let mut seen = BTreeSet::new();
+            let mut queue = std::collections::VecDeque::from([target.clone()]);
+            let mut ancestors = Vec::new();
+            while let Some(k) = queue.pop_front() {
+                for e in into.get(&k).into_iter().flatten() {
+                    let from = CallKey {
+                        batch: e.from_batch.clone(),
+                        call: e.from.clone(),
+                    };
+                    if seen.insert(from.clone()) {
+                        ancestors.push((*e).clone());
+                        queue.push_back(from);
+                    }
+                }
+            }
+            Why {
+                call: target,
+                ancestors,
+            }
+        })
+        .collect()
+}
+
+fn activity_id(batch: &str, call: &str) -> String {
+    format!("sluice:call/{batch}/{call}")
+}
+
+fn iso(ms: f64) -> String {
+    // RFC 3339 in UTC from unix milliseconds, without a date library.
+    let secs = (ms / 1000.0).floor() as i64;
+    let millis = (ms - secs as f64 * 1000.0).round().clamp(0.0, 999.0) as i64;
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (h, m, s) = (rem / 3600, (rem % 3600) / 60, rem % 60);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(mo <= 2);
+    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{m:02}:{s:02}.{millis:03}Z")
+}
+
+/// The log as W3C PROV-JSON: calls as activities, resource versions as entities (one per write;
+/// a resource read before any recorded write is its `initial` version), `used` and
+/// `wasGeneratedBy` from the accesses and read-after-write edges, `wasInformedBy` for
+/// read-after-write edges, and approvers (and tenants) as agents.
+pub fn prov_json(records: &[Record]) -> Value {
+    let mut activity = Map::new();
+    let mut entity = Map::new();
+    let mut agent = Map::new();
+    let mut used = Map::new();
+    let mut generated = Map::new();
+    let mut informed = Map::new();
+    let mut associated = Map::new();
+    let mut n = 0usize;
+    let mut rel = |prefix: &str| {
+        n += 1;
+        format!("_:{prefix}{n}")
+    };
+    let calls: BTreeMap<CallKey, &CallRecord> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Call(c) => Some((key(c), c)),
+            _ => None,
+        })
+        .collect();
+    for c in calls.values() {
+        let id = activity_id(&c.batch, &c.call);
+        let mut a = json!({"prov:type": "sluice:call", "sluice:tool": c.tool,
+            "sluice:tenant": c.tenant, "sluice:outcome": c.outcome,
+            "sluice:inputSha256": c.input_sha256});
+        if let Some(s) = c.started_at_ms {
+            a["prov:startTime"] = json!(iso(s));
+        }
+        if let Some(e) = c.ended_at_ms {
+            a["prov:endTime"] = json!(iso(e));
+        }
+        if let Some(d) = &c.decision {
+            a["sluice:decision"] = json!(d);
+            a["sluice:decidedBy"] = json!(c.decided_by);
+        }
+        activity.insert(id.clone(), a);
+        let tenant = format!("sluice:tenant/{}", c.tenant);
+        agent
+            .entry(tenant.clone())
+            .or_insert_with(|| json!({"prov:type": "prov:Organization"}));
+        associated.insert(
+            rel("assoc"),
+            json!({"prov:activity": id, "prov:agent": tenant}),
+        );
+        if let Some(who) = &c.approver {
+            let ag = format!("sluice:approver/{who}");
+            agent
+                .entry(ag.clone())
+                .or_insert_with(|| json!({"prov:type": "prov:Person"}));
+            associated.insert(
+                rel("assoc"),
+                json!({"prov:activity": id, "prov:agent": ag,
+                "prov:role": "sluice:approver"}),
+            );
+        }
+        if c.started_at_ms.is_none() {
+            continue; // did not run: generated nothing, used nothing
+        }
+        for a in &c.accesses {
+            if a.mode == "write" {
+                let e = format!("sluice:resource/{}@{}/{}", a.resource, c.batch, c.call);
+                entity.insert(
+                    e.clone(),
+                    json!({"prov:type": "sluice:resource-version",
+                    "sluice:resource": a.resource}),
+                );
+                generated.insert(rel("gen"), json!({"prov:entity": e, "prov:activity": id}));
+            }
+        }
+    }
+    // Reads: the version written by the call behind a read-after-write edge, else the initial one.
+    let mut read_via_edge: BTreeSet<(CallKey, String)> = BTreeSet::new();
+    for r in records {
+        if let Record::Edge(e) = r {
+            if !e.causal {
+                continue;
+            }
+            let from = activity_id(&e.from_batch, &e.from);
+            let to = activity_id(&e.to_batch, &e.to);
+            informed.insert(
+                rel("inf"),
+                json!({"prov:informed": to, "prov:informant": from}),
+            );
+            let writer = CallKey {
+                batch: e.from_batch.clone(),
+                call: e.from.clone(),
+            };
+            if let Some(w) = calls.get(&writer) {
+                for a in w.accesses.iter().filter(|a| a.mode == "write") {
+                    let overlaps = match (Pattern::parse(&a.resource), Pattern::parse(&e.resource))
+                    {
+                        (Ok(x), Ok(y)) => x.overlaps(&y),
+                        _ => false,
+                    };
+                    if overlaps {
+                        let ent = format!("sluice:resource/{}@{}/{}", a.resource, w.batch, w.call);
+                        used.insert(rel("use"), json!({"prov:activity": to, "prov:entity": ent}));
+                        read_via_edge.insert((
+                            CallKey {
+                                batch: e.to_batch.clone(),
+                                call: e.to.clone(),
+                            },
+                            a.resource.clone(),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    for c in calls.values().filter(|c| c.started_at_ms.is_some()) {
+        for a in c.accesses.iter().filter(|a| a.mode == "read") {
+            if read_via_edge.iter().any(|(k, _)| k == &key(c)) {
+                continue;
+            }
+            let ent = format!("sluice:resource/{}@initial", a.resource);
+            entity.entry(ent.clone()).or_insert_with(|| {
+                json!({"prov:type": "sluice:resource-version",
+                "sluice:resource": a.resource})
+            });
+            used.insert(
+                rel("use"),
+                json!({"prov:activity": activity_id(&c.batch, &c.call),
+                "prov:entity": ent}),
+            );
+        }
+    }
+    json!({
+        "prefix": {"sluice": "https://sluice.invalid/ns#"},
+        "activity": activity,
+        "entity": entity,
+        "agent": agent,
+        "used": used,
+        "wasGeneratedBy": generated,
+        "wasInformedBy": informed,
+        "wasAssociatedWith": associated,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn iso_times() {
+        assert_eq!(super::iso(0.0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(super::iso(1_764_676_800_123.0), "2025-12-02T12:00:00.123Z");
+    }
+}

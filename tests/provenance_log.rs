@@ -238,7 +238,8 @@ fn sample_log(dir: &std::path::Path, n: usize) -> std::path::PathBuf {
     let path = dir.join("sample.jsonl");
     let log = ProvenanceLog::open(&path, Durability::Buffered).unwrap();
     for i in 0..n {
-        let _ = log.append(Record::Batch(sluice_kernel::provenance::BatchRecord {
+        // Buffered: queued now, written by the log's thread; `close` waits for it.
+        drop(log.append(Record::Batch(sluice_kernel::provenance::BatchRecord {
             batch: format!("b{i}"),
             tenant: "t".into(),
             calls: vec![],

@@ -239,13 +239,15 @@ fn sample_log(dir: &std::path::Path, n: usize) -> std::path::PathBuf {
     let log = ProvenanceLog::open(&path, Durability::Buffered).unwrap();
     for i in 0..n {
         // Buffered: queued now, written by the log's thread; `close` waits for it.
-        drop(log.append(Record::Batch(sluice_kernel::provenance::BatchRecord {
-            batch: format!("b{i}"),
-            tenant: "t".into(),
-            calls: vec![],
-            started_at_ms: 0.0,
-            ended_at_ms: 1.0,
-        }));
+        drop(
+            log.append(Record::Batch(sluice_kernel::provenance::BatchRecord {
+                batch: format!("b{i}"),
+                tenant: "t".into(),
+                calls: vec![],
+                started_at_ms: 0.0,
+                ended_at_ms: 1.0,
+            })),
+        );
     }
     log.close();
     path

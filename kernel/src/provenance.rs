@@ -154,10 +154,24 @@ where
     }
 }
 
+/// Whether serde_json's maps keep keys sorted in this build (they do unless some crate turned on
+/// its `preserve_order` feature), checked once.
+fn maps_are_sorted() -> bool {
+    static SORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SORTED.get_or_init(|| {
+        let mut m = serde_json::Map::new();
+        m.insert("b".into(), Value::Null);
+        m.insert("a".into(), Value::Null);
+        m.keys().next().map(String::as_str) == Some("a")
+    })
+}
+
 /// The canonical JSON of a value: object keys sorted, no insignificant white space.
 pub fn canonical_json(value: &Value) -> String {
-    // serde_json's map is ordered by key unless `preserve_order` is on; sort explicitly so the
-    // digest never depends on that feature.
+    if maps_are_sorted() {
+        return value.to_string();
+    }
+    // Some crate turned on `preserve_order`: sort explicitly so digests never depend on it.
     fn sorted(v: &Value) -> Value {
         match v {
             Value::Object(m) => {

@@ -29,11 +29,15 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// The canonical line (without newline) for a record at `seq` after a line whose hash is `prev`.
+///
+/// Written by hand around one canonical rendering of the record: the keys `hash < prev < record <
+/// seq` are already in order, and `prev` and `hash` are hex, which needs no escaping. The result
+/// is exactly the canonical JSON of the four fields (the tests check it).
 pub fn line(seq: u64, prev: &str, record: &Record) -> String {
-    let record = serde_json::to_value(record).unwrap_or(Value::Null);
-    let content = json!({"prev": prev, "record": record, "seq": seq});
-    let hash = sha256_hex(canonical_json(&content).as_bytes());
-    canonical_json(&json!({"hash": hash, "prev": prev, "record": record, "seq": seq}))
+    let record = canonical_json(&serde_json::to_value(record).unwrap_or(Value::Null));
+    let content = format!(r#"{{"prev":"{prev}","record":{record},"seq":{seq}}}"#);
+    let hash = sha256_hex(content.as_bytes());
+    format!(r#"{{"hash":"{hash}","prev":"{prev}","record":{record},"seq":{seq}}}"#)
 }
 
 /// A log that checked out.
@@ -171,5 +175,27 @@ pub fn repair_plan(bytes: &[u8]) -> Result<(usize, bool), Damage> {
             })
         }
         Err(d) => Err(d),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_kernel::provenance::BatchRecord;
+
+    #[test]
+    fn the_hand_written_line_is_the_canonical_json_of_its_fields() {
+        let r = Record::Batch(BatchRecord {
+            batch: "b\"1".into(),
+            tenant: "t\u{e9}".into(),
+            calls: vec!["c".into()],
+            started_at_ms: 1.5,
+            ended_at_ms: 2.0,
+        });
+        let l = line(7, GENESIS, &r);
+        let v: Value = serde_json::from_str(&l).unwrap();
+        assert_eq!(canonical_json(&v), l);
+        let content = json!({"prev": v["prev"], "record": v["record"], "seq": v["seq"]});
+        assert_eq!(v["hash"], sha256_hex(canonical_json(&content).as_bytes()));
     }
 }

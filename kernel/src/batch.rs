@@ -18,6 +18,10 @@ pub struct Call {
     pub tool: String,
     /// The input (a JSON object for every well-formed call).
     pub input: Value,
+    /// Why the call cannot run as the model sent it, found while reading the model's output
+    /// (arguments that are not JSON, a missing id). Such a call ends with `invalid-input`, alone.
+    #[serde(skip)]
+    pub defect: Option<String>,
 }
 
 impl Call {
@@ -27,6 +31,21 @@ impl Call {
             id: id.into(),
             tool: tool.into(),
             input,
+            defect: None,
+        }
+    }
+
+    /// A call that cannot run as sent, with the reason (it ends with `invalid-input`).
+    pub fn defective(
+        id: impl Into<String>,
+        tool: impl Into<String>,
+        why: impl Into<String>,
+    ) -> Self {
+        Call {
+            id: id.into(),
+            tool: tool.into(),
+            input: Value::Null,
+            defect: Some(why.into()),
         }
     }
 }
@@ -129,7 +148,7 @@ impl Batch {
                 .get("input")
                 .cloned()
                 .unwrap_or_else(|| Value::Object(Default::default()));
-            calls.push(Call { id, tool, input });
+            calls.push(Call::new(id, tool, input));
         }
         Batch::new(tenant, calls)
     }

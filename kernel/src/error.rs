@@ -70,6 +70,16 @@ pub enum Error {
     /// Batches run on tokio: the kernel was used outside a runtime.
     #[error("the kernel must be used inside a tokio runtime")]
     NoRuntime,
+    /// Two tool ids map to one model-API function name.
+    #[error("the tool ids `{first}` and `{second}` both map to the function name `{name}`")]
+    NameCollision {
+        /// The name.
+        name: String,
+        /// One id.
+        first: String,
+        /// The other.
+        second: String,
+    },
     /// A call was submitted to a batch already closed.
     #[error("call `{id}` was submitted after its batch was closed")]
     BatchClosed {

@@ -36,6 +36,7 @@
 )]
 
 pub mod access;
+pub mod adapters;
 pub mod authorize;
 pub mod batch;
 pub mod builtin;

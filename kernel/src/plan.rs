@@ -22,6 +22,8 @@ pub enum Rejection {
     UnknownTool,
     /// The input fails the tool's input schema at this pointer.
     InvalidInput(Diagnostic),
+    /// The model's output for this call was malformed (see [`Call::defect`]).
+    Malformed(String),
 }
 
 impl Rejection {
@@ -29,7 +31,7 @@ impl Rejection {
     pub fn code(&self) -> &'static str {
         match self {
             Rejection::UnknownTool => "unknown-tool",
-            Rejection::InvalidInput(_) => "invalid-input",
+            Rejection::InvalidInput(_) | Rejection::Malformed(_) => "invalid-input",
         }
     }
 
@@ -43,6 +45,7 @@ impl Rejection {
                 "call `{}`: the input of `{}` fails its schema at `{}`: {}",
                 call.id, call.tool, d.pointer, d.message
             ),
+            Rejection::Malformed(why) => format!("call `{}` ({}): {why}", call.id, call.tool),
         }
     }
 }
@@ -63,6 +66,14 @@ pub struct PreparedCall {
 impl PreparedCall {
     /// Resolves, validates and computes the accesses of one call.
     pub fn new(registry: &ToolRegistry, normalizers: &Normalizers, call: Call) -> Self {
+        if let Some(why) = call.defect.clone() {
+            return PreparedCall {
+                tool: registry.get(&call.tool).cloned(),
+                call,
+                accesses: Vec::new(),
+                rejection: Some(Rejection::Malformed(why)),
+            };
+        }
         let Some(tool) = registry.get(&call.tool).cloned() else {
             return PreparedCall {
                 call,

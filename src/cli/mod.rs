@@ -48,6 +48,7 @@ mod plan;
 mod policy;
 mod provenance;
 mod run;
+mod tools;
 mod validate;
 
 /// Sluice: run an AI agent's batch of tool calls concurrently where they cannot conflict, in
@@ -79,6 +80,8 @@ enum Command {
     /// Policy documents: check one, or explain a decision.
     #[command(subcommand)]
     Policy(policy::Command),
+    /// List the registered tools, or print them as OpenAI, Anthropic or MCP tool definitions.
+    Tools(tools::Args),
     /// Provenance logs: verify one, ask who wrote what and why a call saw what it saw, export.
     #[command(subcommand)]
     Provenance(provenance::Command),
@@ -102,6 +105,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Demo(a) => demo::run(a),
         Command::Policy(c) => policy::run(c),
         Command::Provenance(c) => provenance::run(c),
+        Command::Tools(a) => tools::run(a),
     }
 }
 

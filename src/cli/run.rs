@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use serde_json::{json, Value};
+use sluice::kernel::adapters::{self, ToolNames};
 use sluice::kernel::authorize::{ApproveAll, RejectAll};
 use sluice::kernel::batch::{BatchResult, CallResult};
 use sluice::kernel::builtin::KvStore;
@@ -24,6 +25,13 @@ pub(crate) struct Args {
     /// The batch document (`-` for standard input).
     #[arg(long)]
     batch: PathBuf,
+    /// The batch's shape: Sluice's own, or a model's response (`openai`: an assistant message or
+    /// its `tool_calls`; `anthropic`: an assistant message or its content array).
+    #[arg(long, value_enum, default_value = "sluice")]
+    batch_format: BatchFormat,
+    /// The tenant of an `openai` or `anthropic` batch.
+    #[arg(long, default_value = "default")]
+    tenant: String,
     /// The directory the built-in fs tools are confined to. Default: the current directory.
     #[arg(long)]
     root: Option<PathBuf>,
@@ -73,9 +81,20 @@ enum ApproveMode {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum BatchFormat {
+    Sluice,
+    Openai,
+    Anthropic,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum RunFormat {
     Json,
     Text,
+    /// The OpenAI `tool` role messages to send back (a JSON array).
+    Openai,
+    /// The Anthropic `user` message of `tool_result` blocks to send back (a JSON array of one).
+    Anthropic,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -85,7 +104,17 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .map(super::policy::load)
         .transpose()?;
     let registry = load_tools(&args.tools, args.root.as_deref(), KvStore::new())?;
-    let batch = read_batch(&args.batch)?;
+    let batch = match args.batch_format {
+        BatchFormat::Sluice => read_batch(&args.batch)?,
+        format => {
+            let doc = super::common::read_json_arg(&args.batch)?;
+            let names = ToolNames::new(&registry)?;
+            match format {
+                BatchFormat::Openai => adapters::openai::batch(&args.tenant, &doc, &names)?,
+                _ => adapters::anthropic::batch(&args.tenant, &doc, &names)?,
+            }
+        }
+    };
     let mut builder = Kernel::builder()
         .tools(registry)
         .allow_unrunnable_tools(true)
@@ -129,6 +158,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.format {
         RunFormat::Json => outln!("{}", serde_json::to_string_pretty(&to_json(&result))?),
         RunFormat::Text => out!("{}", to_text(&result)),
+        RunFormat::Openai => outln!(
+            "{}",
+            serde_json::to_string_pretty(&adapters::openai::results(&result))?
+        ),
+        RunFormat::Anthropic => outln!(
+            "{}",
+            serde_json::to_string_pretty(&vec![adapters::anthropic::results(&result)])?
+        ),
     }
     Ok(ExitCode::SUCCESS)
 }

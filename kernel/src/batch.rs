@@ -213,7 +213,9 @@ impl std::fmt::Display for Status {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallError {
     /// `unknown-tool`, `invalid-input`, `invalid-output`, `denied`, `rejected`, `skipped`,
-    /// `timeout`, `cancelled`, `panic`, `missing-need`, `no-handler`, or a handler's own code.
+    /// `timeout`, `cancelled`, `panic`, `missing-need`, `secret-unavailable`, `no-handler`, or a
+    /// handler's own code (an HTTP tool's: `egress-denied`, `http-status`, `http-failed`,
+    /// `invalid-response`).
     pub code: String,
     /// What happened, plainly (naming the rule, approver or failed call where there is one).
     pub message: String,

@@ -386,13 +386,17 @@ async fn invoke(job: &mut CallJob, batch_cancel: &CancellationToken) -> Outcome 
         p = job.kernel.ready.acquire(job.priority, job.seq, tool.id()) => p,
     };
     let Some(handler) = tool.handler().cloned() else {
+        let why = if tool.manifest().mcp_endpoint.is_some() {
+            "its MCP endpoint cannot be reached: this build does not carry out MCP tools yet"
+        } else if tool.manifest().spec.is_some() {
+            "no synthesizer could make a handler from its spec"
+        } else {
+            "it has no native handler registered in code"
+        };
         return Outcome::fail(
             Status::Error,
             "no-handler",
-            format!(
-                "the tool `{}` has no native handler, HTTP spec or MCP endpoint the kernel can run",
-                tool.id()
-            ),
+            format!("the tool `{}` cannot run: {why}", tool.id()),
         );
     };
     let call_cancel = batch_cancel.child_token();
@@ -406,9 +410,15 @@ async fn invoke(job: &mut CallJob, batch_cancel: &CancellationToken) -> Outcome 
     );
     if let Err(e) = ctx.check_required() {
         job.secrets = ctx.handed_out();
+        let code = match &e {
+            crate::context::ContextError::Unavailable { what: "secret", .. } => {
+                "secret-unavailable"
+            }
+            _ => "missing-need",
+        };
         return Outcome::fail(
             Status::Error,
-            "missing-need",
+            code,
             format!("call `{}` cannot run: {e}", job.prepared.call.id),
         );
     }
@@ -469,6 +479,10 @@ async fn invoke(job: &mut CallJob, batch_cancel: &CancellationToken) -> Outcome 
                 ),
             ),
         },
+        // A handler that gave up waiting (an HTTP tool's own timeoutMs) reports `timeout`.
+        Ok(Err(ToolError { code, message })) if code == "timeout" => {
+            Outcome::fail(Status::Timeout, &code, message)
+        }
         Ok(Err(ToolError { code, message })) => Outcome::fail(Status::Error, &code, message),
         Err(payload) => {
             let what = payload

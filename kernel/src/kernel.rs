@@ -46,6 +46,7 @@ use crate::plan::{Plan, PreparedCall};
 use crate::provenance::{BatchRecord, NoProvenance, ProvenanceSink, Record};
 use crate::registry::{Tool, ToolRegistry};
 use crate::scheduler::{ReadyQueue, TenantDomain};
+use crate::transport::{SpecSynthesizer, Synthesizers};
 
 /// What happens to the dependents of a call that fails (error, timeout, panic).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -136,6 +137,7 @@ pub struct KernelBuilder {
     options: KernelOptions,
     provisions: Provisions,
     allow_unrunnable: bool,
+    synthesizers: Option<Synthesizers>,
 }
 
 impl fmt::Debug for KernelBuilder {
@@ -263,6 +265,15 @@ impl KernelBuilder {
         self
     }
 
+    /// Registers (or replaces) the synthesizer that makes handlers from `spec`s of `kind`
+    /// (default: `http`).
+    pub fn synthesizer(mut self, kind: &str, s: impl SpecSynthesizer) -> Self {
+        self.synthesizers
+            .get_or_insert_with(Synthesizers::default)
+            .register(kind, s);
+        self
+    }
+
     /// Accept tools the kernel cannot carry out (no native handler); their calls end with
     /// `no-handler`. Default `false`: `build` refuses them, naming each.
     pub fn allow_unrunnable_tools(mut self, yes: bool) -> Self {
@@ -273,7 +284,22 @@ impl KernelBuilder {
     /// Builds the kernel; refuses duplicate tool ids and (unless allowed) tools it cannot run.
     pub fn build(self) -> Result<Kernel> {
         let mut tools = self.tools;
-        for t in self.pending {
+        let synthesizers = self.synthesizers.unwrap_or_default();
+        for mut t in self.pending {
+            // Transport `auto`: a native handler, else the spec's synthesized one.
+            if t.handler().is_none() {
+                if let Some(made) = synthesizers.synthesize(t.manifest()) {
+                    let handler = made.map_err(|why| Error::InvalidManifest {
+                        source_name: t.source().to_string(),
+                        errors: vec![crate::validate::Diagnostic::new("/spec", why)],
+                    })?;
+                    t = Arc::new(Tool::new(
+                        (**t.manifest()).clone(),
+                        t.source().clone(),
+                        Some(handler),
+                    )?);
+                }
+            }
             if !self.allow_unrunnable && t.handler().is_none() {
                 return Err(Error::Unrunnable {
                     id: t.id().to_owned(),

@@ -44,6 +44,8 @@ pub mod context;
 mod dispatch;
 pub mod error;
 pub mod graph;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod kernel;
 pub mod load;
 pub mod manifest;
@@ -54,6 +56,7 @@ pub mod registry;
 mod scheduler;
 pub mod template;
 pub mod tool;
+pub mod transport;
 pub mod validate;
 
 pub use error::{Error, Result};

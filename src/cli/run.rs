@@ -10,6 +10,7 @@ use sluice::kernel::adapters::{self, ToolNames};
 use sluice::kernel::authorize::{ApproveAll, RejectAll};
 use sluice::kernel::batch::{BatchResult, CallResult};
 use sluice::kernel::builtin::KvStore;
+use sluice::kernel::context::EnvSecrets;
 use sluice::kernel::kernel::{Kernel, OnFailure};
 use sluice::provenance::Durability;
 
@@ -117,6 +118,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let mut builder = Kernel::builder()
         .tools(registry)
+        .secrets(EnvSecrets)
         .allow_unrunnable_tools(true)
         .on_failure(match args.on_failure {
             FailureMode::Continue => OnFailure::Continue,

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod http_server;
+
 /// The transitive closure of a DAG whose edges go from lower to higher positions:
 /// `reach[i][j]` is true when a path leads from `i` to `j`.
 pub fn reachability(n: usize, edges: impl IntoIterator<Item = (usize, usize)>) -> Vec<Vec<bool>> {

@@ -1,0 +1,172 @@
+//! A small HTTP/1.1 server on loopback for the HTTP-tool tests and benchmark. It records every
+//! request (method, target, headers, body) with the times it arrived and was answered.
+//!
+//! Routes (by path prefix):
+//! - `/echo...` — 200, a JSON object describing the request;
+//! - `/status/<code>` — that status, body `status <code>`;
+//! - `/slow/<ms>` — waits, then 200 `{}`;
+//! - `/hold/<key>` — waits 30 ms, then 200 `{}` (for ordering checks);
+//! - `/barrier/<n>` — answers only once `n` barrier requests have arrived (200 `{}`), or 504
+//!   after 10 s; independent requests can only all succeed if they were in flight together;
+//! - `/text` — 200 `not json`; `/empty` — 200 with no body; `/redirect` — 302 to `/echo`.
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpListener;
+
+/// One request as the server saw it.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub method: String,
+    pub target: String,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+    pub arrived: Instant,
+    pub answered: Instant,
+}
+
+impl Seen {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A running server.
+#[derive(Clone)]
+pub struct Server {
+    pub addr: std::net::SocketAddr,
+    pub seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Server {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+    pub fn requests(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+/// Starts the server on 127.0.0.1 (an ephemeral port) in the current runtime.
+pub async fn start() -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let barrier = Arc::new((Mutex::new(0usize), tokio::sync::Notify::new()));
+    let s = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((sock, _)) = listener.accept().await else {
+                return;
+            };
+            let (s, barrier) = (s.clone(), barrier.clone());
+            tokio::spawn(async move {
+                let _ = serve(sock, s, barrier).await;
+            });
+        }
+    });
+    Server { addr, seen }
+}
+
+async fn serve(
+    sock: tokio::net::TcpStream,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    barrier: Arc<(Mutex<usize>, tokio::sync::Notify)>,
+) -> std::io::Result<()> {
+    sock.set_nodelay(true)?;
+    let mut r = BufReader::new(sock);
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).await? == 0 {
+            return Ok(());
+        }
+        let arrived = Instant::now();
+        let mut parts = line.split_whitespace();
+        let method = parts.next().unwrap_or("").to_owned();
+        let target = parts.next().unwrap_or("").to_owned();
+        let mut headers = Vec::new();
+        loop {
+            let mut h = String::new();
+            r.read_line(&mut h).await?;
+            let h = h.trim_end();
+            if h.is_empty() {
+                break;
+            }
+            if let Some((n, v)) = h.split_once(':') {
+                headers.push((n.trim().to_owned(), v.trim().to_owned()));
+            }
+        }
+        let len: usize = headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or(0);
+        let mut body = vec![0; len];
+        r.read_exact(&mut body).await?;
+        let body = String::from_utf8_lossy(&body).into_owned();
+        let path = target.split('?').next().unwrap_or("").to_owned();
+        let (status, resp_body, extra): (u16, String, String) = if path.starts_with("/echo") {
+            let v = serde_json::json!({"method": method, "target": target, "body": body,
+                "headers": headers.iter().map(|(n, v)| (n.to_ascii_lowercase(), v.clone())).collect::<std::collections::BTreeMap<_, _>>()});
+            (200, v.to_string(), String::new())
+        } else if let Some(code) = path.strip_prefix("/status/") {
+            let code: u16 = code.parse().unwrap_or(500);
+            (code, format!("status {code}"), String::new())
+        } else if let Some(ms) = path.strip_prefix("/slow/") {
+            tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(0))).await;
+            (200, "{}".into(), String::new())
+        } else if path.starts_with("/hold/") {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            (200, "{}".into(), String::new())
+        } else if let Some(n) = path.strip_prefix("/barrier/") {
+            let n: usize = n.parse().unwrap_or(1);
+            let (count, notify) = &*barrier;
+            let notified = notify.notified();
+            let reached = {
+                let mut c = count.lock().unwrap();
+                *c += 1;
+                *c >= n
+            };
+            if reached {
+                notify.notify_waiters();
+                (200, "{}".into(), String::new())
+            } else {
+                match tokio::time::timeout(Duration::from_secs(10), notified).await {
+                    Ok(()) => (200, "{}".into(), String::new()),
+                    Err(_) => (504, "the barrier was never reached".into(), String::new()),
+                }
+            }
+        } else if path == "/text" {
+            (200, "not json".into(), String::new())
+        } else if path == "/empty" {
+            (200, String::new(), String::new())
+        } else if path == "/redirect" {
+            (302, String::new(), "Location: /echo\r\n".into())
+        } else {
+            (404, "no such route".into(), String::new())
+        };
+        let answered = Instant::now();
+        seen.lock().unwrap().push(Seen {
+            method,
+            target,
+            headers,
+            body,
+            arrived,
+            answered,
+        });
+        let head = format!(
+            "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nContent-Type: application/json\r\n{extra}\r\n",
+            resp_body.len()
+        );
+        // One write: a head and a body in two small writes meet Nagle and delayed ACK (~40 ms).
+        let mut out = head.into_bytes();
+        out.extend_from_slice(resp_body.as_bytes());
+        r.get_mut().write_all(&out).await?;
+    }
+}

@@ -11,7 +11,8 @@
 //!   the access's (a rule for `memory:*` allows `memory:facts`, never `*`).
 //! - Per access: deny if any deny rule applies, else ask if any ask rule, else allow if any allow
 //!   rule, else the tenant's default. The first applicable rule in document order is named.
-//! - Per call: the strictest access decision. A call with no access (a *pure* call) takes the
+//! - Per call: the strictest access decision (among equals, the first write names the reason). A
+//!   call with no access (a *pure* call) takes the
 //!   strictest matching *tool rule*, and is allowed (`by: pure`) when none matches; the tenant
 //!   default never applies to it. An unknown tenant is denied everything.
 //! - Human in the loop on top: the tool's own mode (read-only: `never_ask`, else
@@ -37,7 +38,7 @@ use dashmap::DashSet;
 use serde::Serialize;
 use sluice_kernel::access::Access;
 use sluice_kernel::authorize::{AuthRequest, Authorization, Authorizer, Decision};
-use sluice_kernel::manifest::{EffectKind, Manifest};
+use sluice_kernel::manifest::{AccessMode, EffectKind, Manifest};
 use sluice_kernel::pattern::Pattern;
 
 use crate::document::{Mode, PolicyDocument, Rule, TenantPolicy};
@@ -334,18 +335,20 @@ impl PolicyEngine {
         let access = if accesses.is_empty() {
             t.decide_pure(tool_id)
         } else {
-            let mut strictest: Option<AccessDecision> = None;
+            // The strictest access names the reason; among equals, the first write (a write's
+            // rule says more about a call than a read's).
+            let mut strictest: Option<(AccessDecision, bool)> = None;
             for a in accesses {
                 let d = t.decide_access(tool_id, a.kind, &a.resource);
-                if strictest.as_ref().is_none_or(|s| d.decision > s.decision) {
-                    let deny = d.decision == Decision::Deny;
-                    strictest = Some(d);
-                    if deny {
-                        break;
-                    }
+                let write = a.mode() == AccessMode::Write;
+                let better = strictest.as_ref().is_none_or(|(s, s_write)| {
+                    d.decision > s.decision || (d.decision == s.decision && write && !s_write)
+                });
+                if better {
+                    strictest = Some((d, write));
                 }
             }
-            strictest.unwrap_or(AccessDecision {
+            strictest.map(|(d, _)| d).unwrap_or(AccessDecision {
                 decision: Decision::Allow,
                 by: Cow::Borrowed("pure"),
             })

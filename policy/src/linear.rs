@@ -6,6 +6,7 @@
 
 use sluice_kernel::access::Access;
 use sluice_kernel::authorize::{Authorization, Decision};
+use sluice_kernel::manifest::AccessMode;
 
 use crate::document::{Mode, PolicyDocument, TenantPolicy};
 
@@ -47,11 +48,14 @@ pub fn decide(
         out
     } else {
         let mut best = (Decision::Allow, String::new());
+        let mut best_write = false;
         let mut first = true;
         for a in accesses {
             let d = decide_access(t, tool, a);
-            if first || d.0 > best.0 {
+            let write = a.mode() == AccessMode::Write;
+            if first || d.0 > best.0 || (d.0 == best.0 && write && !best_write) {
                 best = d;
+                best_write = write;
                 first = false;
             }
         }

@@ -34,7 +34,6 @@
 //! assert_eq!(accesses[0].resource.to_text(), "kv:users/\\*"); // the input stays literal
 //! ```
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -191,6 +190,24 @@ impl ResourceTemplate {
     /// Expands the template against `input`, giving zero or more pattern texts (see the module
     /// docs for the rules).
     pub fn expand(&self, input: &Value) -> Vec<String> {
+        // The common case, without the general machinery: one placeholder, one scalar value.
+        if let [Part::Text(head), Part::Var(name)] = self.parts.as_slice() {
+            if let Some(v @ (Value::String(_) | Value::Number(_) | Value::Bool(_))) =
+                input.get(name)
+            {
+                let mut s = String::with_capacity(head.len() + 16);
+                s.push_str(head);
+                match v {
+                    Value::String(v) => {
+                        for c in v.chars() {
+                            pattern::push_literal_char(&mut s, c);
+                        }
+                    }
+                    v => s.push_str(&pattern::escape(&v.to_string())),
+                }
+                return vec![s];
+            }
+        }
         let names = self.placeholders();
         if names.is_empty() {
             return vec![self.render(&[], &[])];
@@ -302,12 +319,13 @@ where
 /// The normalizers by scheme. [`Normalizers::default`] holds `fs` -> [`FsNormalizer`].
 #[derive(Clone)]
 pub struct Normalizers {
-    by_scheme: HashMap<String, Arc<dyn Normalizer>>,
+    /// Few schemes: a scan beats hashing the scheme of every access.
+    by_scheme: Vec<(String, Arc<dyn Normalizer>)>,
 }
 
 impl fmt::Debug for Normalizers {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut schemes: Vec<&String> = self.by_scheme.keys().collect();
+        let mut schemes: Vec<&String> = self.by_scheme.iter().map(|(k, _)| k).collect();
         schemes.sort();
         f.debug_struct("Normalizers")
             .field("schemes", &schemes)
@@ -327,14 +345,17 @@ impl Normalizers {
     /// No normalizer at all (not even `fs`).
     pub fn empty() -> Self {
         Normalizers {
-            by_scheme: HashMap::new(),
+            by_scheme: Vec::new(),
         }
     }
 
     /// Registers (or replaces) the normalizer for `scheme` (without the `:`).
     pub fn register(&mut self, scheme: &str, normalizer: impl Normalizer + 'static) -> &mut Self {
-        self.by_scheme
-            .insert(scheme.to_owned(), Arc::new(normalizer));
+        let n: Arc<dyn Normalizer> = Arc::new(normalizer);
+        match self.by_scheme.iter_mut().find(|(k, _)| k == scheme) {
+            Some(slot) => slot.1 = n,
+            None => self.by_scheme.push((scheme.to_owned(), n)),
+        }
         self
     }
 
@@ -347,8 +368,8 @@ impl Normalizers {
             Some((scheme, _)) => scheme,
             None => return pattern,
         };
-        match self.by_scheme.get(scheme) {
-            Some(n) => n.normalize(pattern),
+        match self.by_scheme.iter().find(|(k, _)| k == scheme) {
+            Some((_, n)) => n.normalize(pattern),
             None => pattern,
         }
     }
@@ -372,6 +393,17 @@ impl Normalizer for FsNormalizer {
         }
         let path = &tokens[3..];
         if path.is_empty() {
+            return pattern;
+        }
+        // Most paths are already normal: no empty, `.` or `..` segment, no trailing `/`.
+        let normal = path
+            .split(|t| *t == Token::Lit('/'))
+            .enumerate()
+            .all(|(i, seg)| {
+                !matches!(seg, [Token::Lit('.')] | [Token::Lit('.'), Token::Lit('.')])
+                    && (!seg.is_empty() || (i == 0 && path.len() > 1))
+            });
+        if normal || path == [Token::Lit('/')] {
             return pattern;
         }
         let absolute = path[0] == Token::Lit('/');

@@ -296,38 +296,35 @@ impl ConflictIndex {
             out.append(&mut self.pending);
             return;
         }
-        // Entries that read go first (pure reads, then reads-and-writes, then pure writes): a read
-        // must see the last writer before this call's own writes take the resource over.
-        for pass in 0..3 {
-            for (i, a) in accesses.iter().enumerate() {
-                // One entry per pattern within a call, in the strictest mode of its accesses.
-                if accesses[..i].iter().any(|b| b.resource == a.resource) {
-                    continue;
+        // One entry per pattern, in the strictest mode of its accesses; entries that read go
+        // first (pure reads, then reads-and-writes, then pure writes): a read must see the last
+        // writer before this call's own writes take the resource over.
+        let mut entries: smallvec::SmallVec<[(u8, usize, AccessMode, bool); 8]> =
+            smallvec::SmallVec::new();
+        for (i, a) in accesses.iter().enumerate() {
+            if accesses[..i].iter().any(|b| b.resource == a.resource) {
+                continue;
+            }
+            let (mut writes, mut reads) = (false, false);
+            for b in accesses[i..].iter().filter(|b| b.resource == a.resource) {
+                match b.mode() {
+                    AccessMode::Write => writes = true,
+                    AccessMode::Read => reads = true,
                 }
-                let (mut writes, mut reads) = (false, false);
-                for b in accesses[i..].iter().filter(|b| b.resource == a.resource) {
-                    match b.mode() {
-                        AccessMode::Write => writes = true,
-                        AccessMode::Read => reads = true,
-                    }
-                }
-                let mode = if writes {
-                    AccessMode::Write
-                } else {
-                    AccessMode::Read
-                };
-                let order = match (writes, reads) {
-                    (false, _) => 0,
-                    (true, true) => 1,
-                    (true, false) => 2,
-                };
-                if order != pass {
-                    continue;
-                }
-                match a.resource.as_exact() {
-                    Some(key) => self.insert_exact(call, key, &a.resource, mode, reads),
-                    None => self.insert_wild(call, &a.resource, mode, reads),
-                }
+            }
+            let (order, mode) = match (writes, reads) {
+                (false, _) => (0, AccessMode::Read),
+                (true, true) => (1, AccessMode::Write),
+                (true, false) => (2, AccessMode::Write),
+            };
+            entries.push((order, i, mode, reads));
+        }
+        entries.sort_by_key(|e| e.0);
+        for (_, i, mode, reads) in entries {
+            let a = &accesses[i];
+            match a.resource.as_exact() {
+                Some(key) => self.insert_exact(call, key, &a.resource, mode, reads),
+                None => self.insert_wild(call, &a.resource, mode, reads),
             }
         }
         out.append(&mut self.pending);

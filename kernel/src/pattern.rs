@@ -164,13 +164,12 @@ impl Pattern {
             .iter()
             .position(|t| !matches!(t, Token::Lit(_)))
             .unwrap_or(tokens.len());
-        let prefix: String = tokens[..first_wild]
-            .iter()
-            .filter_map(|t| match t {
-                Token::Lit(c) => Some(*c),
-                _ => None,
-            })
-            .collect();
+        let mut prefix = String::with_capacity(first_wild);
+        for t in &tokens[..first_wild] {
+            if let Token::Lit(c) = t {
+                prefix.push(*c);
+            }
+        }
         let strategy = if first_wild == tokens.len() {
             Strategy::Exact
         } else if first_wild + 1 == tokens.len() && tokens[first_wild] == Token::Star {

@@ -6,7 +6,7 @@
 //! invalid manifest (with every error and its JSON pointer) and a second tool with an id already
 //! taken (naming both places).
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 use std::fmt;
 use std::sync::Arc;
 

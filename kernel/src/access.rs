@@ -40,7 +40,8 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::manifest::{AccessMode, EffectKind, Manifest};
-use crate::pattern::{self, Pattern, PatternError, Token};
+use crate::pattern::{self, Pattern, Token};
+use crate::template::TextPart as Part;
 
 /// The most combinations several array placeholders in one resource may produce.
 pub const MAX_COMBINATIONS: usize = 64;
@@ -66,112 +67,24 @@ impl Access {
     }
 }
 
-/// One piece of a resource template.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Part {
-    /// Pattern text, escapes kept.
-    Text(String),
-    /// `{name}`.
-    Var(String),
-}
-
 /// A parsed resource template such as `fs:/repo/{path}` or `kv:{bucket}/{key}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceTemplate {
+    /// Literal parts are pattern text (escapes kept).
     parts: Vec<Part>,
 }
 
-/// Why a resource template is not well formed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TemplateError {
-    /// Byte offset in the template where the problem is.
-    pub offset: usize,
-    /// What is wrong, for a person.
-    pub message: String,
-}
-
-impl fmt::Display for TemplateError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "at byte {}: {}", self.offset, self.message)
-    }
-}
-
-impl std::error::Error for TemplateError {}
+/// Why a resource template is not well formed (the same error as a text template's).
+pub type TemplateError = crate::template::TemplateSyntaxError;
 
 impl ResourceTemplate {
     /// Parses a template: pattern text with `{name}` placeholders (name: ASCII letters, digits,
     /// `_`). A `{` that does not open a placeholder, a lone `}` or a trailing `\` is an error;
     /// write `\{`, `\}`, `\\` for the literal characters.
     pub fn parse(text: &str) -> Result<Self, TemplateError> {
-        let mut parts = Vec::new();
-        let mut lit = String::new();
-        let mut it = text.char_indices().peekable();
-        while let Some((at, c)) = it.next() {
-            match c {
-                '\\' => match it.next() {
-                    Some((_, e)) => {
-                        lit.push('\\');
-                        lit.push(e);
-                    }
-                    None => {
-                        return Err(TemplateError {
-                            offset: at,
-                            message: PatternError::TrailingEscape.to_string(),
-                        })
-                    }
-                },
-                '{' => {
-                    let mut name = String::new();
-                    let mut closed = false;
-                    for (_, n) in it.by_ref() {
-                        if n == '}' {
-                            closed = true;
-                            break;
-                        }
-                        if !(n.is_ascii_alphanumeric() || n == '_') {
-                            return Err(TemplateError {
-                                offset: at,
-                                message: format!(
-                                    "`{{` opens a placeholder whose name holds `{n}`: names are \
-                                     letters, digits and `_` (write `\\{{` for a literal brace)"
-                                ),
-                            });
-                        }
-                        name.push(n);
-                    }
-                    if !closed {
-                        return Err(TemplateError {
-                            offset: at,
-                            message: "a placeholder `{` is never closed (write `\\{` for a \
-                                      literal brace)"
-                                .into(),
-                        });
-                    }
-                    if name.is_empty() {
-                        return Err(TemplateError {
-                            offset: at,
-                            message: "`{}` names no input property".into(),
-                        });
-                    }
-                    if !lit.is_empty() {
-                        parts.push(Part::Text(std::mem::take(&mut lit)));
-                    }
-                    parts.push(Part::Var(name));
-                }
-                '}' => {
-                    return Err(TemplateError {
-                        offset: at,
-                        message: "a `}` closes no placeholder (write `\\}` for a literal brace)"
-                            .into(),
-                    })
-                }
-                c => lit.push(c),
-            }
-        }
-        if !lit.is_empty() {
-            parts.push(Part::Text(lit));
-        }
-        Ok(ResourceTemplate { parts })
+        Ok(ResourceTemplate {
+            parts: crate::template::scan(text, true)?,
+        })
     }
 
     /// The distinct placeholder names, in order of first use.
@@ -191,7 +104,7 @@ impl ResourceTemplate {
     /// docs for the rules).
     pub fn expand(&self, input: &Value) -> Vec<String> {
         // The common case, without the general machinery: one placeholder, one scalar value.
-        if let [Part::Text(head), Part::Var(name)] = self.parts.as_slice() {
+        if let [Part::Lit(head), Part::Var(name)] = self.parts.as_slice() {
             if let Some(v @ (Value::String(_) | Value::Number(_) | Value::Bool(_))) =
                 input.get(name)
             {
@@ -264,7 +177,7 @@ impl ResourceTemplate {
         let mut s = String::new();
         for p in &self.parts {
             match p {
-                Part::Text(t) => s.push_str(t),
+                Part::Lit(t) => s.push_str(t),
                 Part::Var(n) => {
                     if let Some(i) = names.iter().position(|x| x == n) {
                         s.push_str(chosen[i]);

@@ -370,6 +370,31 @@ impl ConflictIndex {
         });
     }
 
+    /// The edges of a write that takes a resource over: from the readers since the last writer
+    /// (write-after-read), and from the last writer itself when there were no readers
+    /// (write-after-write) or when this call also reads the resource (read-after-write: it sees
+    /// the last writer's value, so the causal edge is kept even when the readers imply the order).
+    fn write_edges(
+        &mut self,
+        call: usize,
+        resource: &Pattern,
+        last_writer: Option<usize>,
+        readers: &mut Vec<usize>,
+        reads: bool,
+    ) {
+        if let Some(w) = last_writer.filter(|_| reads || readers.is_empty()) {
+            let kind = if reads {
+                EdgeKind::ReadAfterWrite
+            } else {
+                EdgeKind::WriteAfterWrite
+            };
+            self.edge(w, call, resource, kind);
+        }
+        for r in readers.drain(..) {
+            self.edge(r, call, resource, EdgeKind::WriteAfterRead);
+        }
+    }
+
     fn intern(&mut self, p: &Pattern) -> u32 {
         if let Some(id) = self.interned.get(p) {
             return *id;
@@ -453,19 +478,7 @@ impl ConflictIndex {
                 let mut readers = std::mem::take(&mut self.scratch_calls);
                 readers.clear();
                 readers.extend(state.readers.drain(..).filter(|r| *r != call));
-                // A call that also reads sees the last writer's value: that edge is causal and
-                // kept even when the readers since already order the two.
-                if let Some(w) = last_writer.filter(|_| reads || readers.is_empty()) {
-                    let kind = if reads {
-                        EdgeKind::ReadAfterWrite
-                    } else {
-                        EdgeKind::WriteAfterWrite
-                    };
-                    self.edge(w, call, resource, kind);
-                }
-                for r in readers.drain(..) {
-                    self.edge(r, call, resource, EdgeKind::WriteAfterRead);
-                }
+                self.write_edges(call, resource, last_writer, &mut readers, reads);
                 self.scratch_calls = readers;
                 // Reads synced: only wildcard reads newer than the last write can be unordered.
                 let prefixes = std::mem::take(&mut self.scratch_prefixes);
@@ -527,17 +540,7 @@ impl ConflictIndex {
                     let mut readers = std::mem::take(&mut self.scratch_calls);
                     readers.clear();
                     readers.extend(state.readers.drain(..).filter(|r| *r != call));
-                    if let Some(w) = last_writer.filter(|_| reads || readers.is_empty()) {
-                        let kind = if reads {
-                            EdgeKind::ReadAfterWrite
-                        } else {
-                            EdgeKind::WriteAfterWrite
-                        };
-                        self.edge(w, call, &label, kind);
-                    }
-                    for r in readers.drain(..) {
-                        self.edge(r, call, &label, EdgeKind::WriteAfterRead);
-                    }
+                    self.write_edges(call, &label, last_writer, &mut readers, reads);
                     self.scratch_calls = readers;
                 }
             }

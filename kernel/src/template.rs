@@ -43,60 +43,9 @@ impl std::error::Error for TemplateSyntaxError {}
 impl TextTemplate {
     /// Parses `{name}` placeholders; a `{` that does not open one, or a lone `}`, is an error.
     pub fn parse(text: &str) -> Result<Self, TemplateSyntaxError> {
-        let mut parts = Vec::new();
-        let mut lit = String::new();
-        let mut it = text.char_indices();
-        while let Some((at, c)) = it.next() {
-            match c {
-                '{' => {
-                    let mut name = String::new();
-                    let mut closed = false;
-                    for (_, n) in it.by_ref() {
-                        if n == '}' {
-                            closed = true;
-                            break;
-                        }
-                        if !(n.is_ascii_alphanumeric() || n == '_') {
-                            return Err(TemplateSyntaxError {
-                                offset: at,
-                                message: format!(
-                                    "`{{` opens a placeholder whose name holds `{n}`: names are \
-                                     letters, digits and `_`"
-                                ),
-                            });
-                        }
-                        name.push(n);
-                    }
-                    if !closed {
-                        return Err(TemplateSyntaxError {
-                            offset: at,
-                            message: "a placeholder `{` is never closed".into(),
-                        });
-                    }
-                    if name.is_empty() {
-                        return Err(TemplateSyntaxError {
-                            offset: at,
-                            message: "`{}` names no input property".into(),
-                        });
-                    }
-                    if !lit.is_empty() {
-                        parts.push(TextPart::Lit(std::mem::take(&mut lit)));
-                    }
-                    parts.push(TextPart::Var(name));
-                }
-                '}' => {
-                    return Err(TemplateSyntaxError {
-                        offset: at,
-                        message: "a `}` closes no placeholder".into(),
-                    })
-                }
-                c => lit.push(c),
-            }
-        }
-        if !lit.is_empty() {
-            parts.push(TextPart::Lit(lit));
-        }
-        Ok(TextTemplate { parts })
+        Ok(TextTemplate {
+            parts: scan(text, false)?,
+        })
     }
 
     /// The parts, in order.
@@ -116,6 +65,77 @@ impl TextTemplate {
         }
         names
     }
+}
+
+/// Splits template text into literal parts and `{name}` placeholders (name: ASCII letters, digits
+/// and `_`). With `escapes`, a `\` keeps itself and the next character in the literal (pattern
+/// text keeps its escapes) and a trailing `\` is an error. Shared by text templates and resource
+/// templates ([`crate::access::ResourceTemplate`]).
+pub(crate) fn scan(text: &str, escapes: bool) -> Result<Vec<TextPart>, TemplateSyntaxError> {
+    let hint = |what: &str| {
+        if escapes {
+            format!("{what} (write `\\{{` or `\\}}` for a literal brace)")
+        } else {
+            what.to_owned()
+        }
+    };
+    let err = |offset: usize, message: String| TemplateSyntaxError { offset, message };
+    let mut parts = Vec::new();
+    let mut lit = String::new();
+    let mut it = text.char_indices();
+    while let Some((at, c)) = it.next() {
+        match c {
+            '\\' if escapes => match it.next() {
+                Some((_, e)) => {
+                    lit.push('\\');
+                    lit.push(e);
+                }
+                None => {
+                    return Err(err(
+                        at,
+                        "ends with a `\\` that escapes nothing (write `\\\\` for a backslash)"
+                            .into(),
+                    ))
+                }
+            },
+            '{' => {
+                let mut name = String::new();
+                let mut closed = false;
+                for (_, n) in it.by_ref() {
+                    if n == '}' {
+                        closed = true;
+                        break;
+                    }
+                    if !(n.is_ascii_alphanumeric() || n == '_') {
+                        return Err(err(
+                            at,
+                            hint(&format!(
+                                "`{{` opens a placeholder whose name holds `{n}`: names are \
+                                 letters, digits and `_`"
+                            )),
+                        ));
+                    }
+                    name.push(n);
+                }
+                if !closed {
+                    return Err(err(at, hint("a placeholder `{` is never closed")));
+                }
+                if name.is_empty() {
+                    return Err(err(at, "`{}` names no input property".into()));
+                }
+                if !lit.is_empty() {
+                    parts.push(TextPart::Lit(std::mem::take(&mut lit)));
+                }
+                parts.push(TextPart::Var(name));
+            }
+            '}' => return Err(err(at, hint("a `}` closes no placeholder"))),
+            c => lit.push(c),
+        }
+    }
+    if !lit.is_empty() {
+        parts.push(TextPart::Lit(lit));
+    }
+    Ok(parts)
 }
 
 /// A URL template whose scheme, userinfo, host and port are fixed.

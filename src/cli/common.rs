@@ -12,6 +12,21 @@ use sluice::kernel::registry::ToolRegistry;
 
 use super::Failure;
 
+/// The inputs `plan` and `run` share.
+#[derive(Debug, clap::Args)]
+pub(crate) struct BatchInput {
+    /// A manifest file or a directory of *.json manifests (repeatable, or several after one
+    /// flag). The built-in tools are always registered.
+    #[arg(long = "tools", num_args = 1.., action = clap::ArgAction::Append)]
+    pub(crate) tools: Vec<PathBuf>,
+    /// The batch document (`-` for standard input).
+    #[arg(long)]
+    pub(crate) batch: PathBuf,
+    /// The directory the built-in fs tools are confined to. Default: the current directory.
+    #[arg(long)]
+    pub(crate) root: Option<PathBuf>,
+}
+
 /// The built-in tools (fs tools confined to `root`) plus every manifest under `paths`.
 pub(crate) fn load_tools(
     paths: &[PathBuf],

@@ -133,6 +133,16 @@ pub(crate) fn invalid(message: impl Into<String>) -> anyhow::Error {
     .into()
 }
 
+/// Exit 2: a file could not be read; the message carries the error and its cause.
+pub(crate) fn unreadable(e: &dyn std::error::Error) -> anyhow::Error {
+    let cause = e.source().map(|s| format!(": {s}")).unwrap_or_default();
+    Failure {
+        code: 2,
+        message: format!("{e}{cause}"),
+    }
+    .into()
+}
+
 /// The exit code for an error: 2 for unreadable files and usage errors, 1 for invalid input.
 pub(crate) fn exit_code_of(e: &anyhow::Error) -> u8 {
     if let Some(f) = e.downcast_ref::<Failure>() {

@@ -10,21 +10,13 @@ use sluice::kernel::authorize::{Authorization, Decision};
 use sluice::kernel::builtin::KvStore;
 use sluice::kernel::plan::Plan;
 
-use super::common::{load_tools, read_batch};
+use super::common::{load_tools, read_batch, BatchInput};
 use super::invalid;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// A manifest file or a directory of *.json manifests (repeatable). The built-in tools are
-    /// always registered.
-    #[arg(long = "tools", num_args = 1.., action = clap::ArgAction::Append)]
-    tools: Vec<PathBuf>,
-    /// The batch document (`-` for standard input).
-    #[arg(long)]
-    batch: PathBuf,
-    /// The directory the built-in fs tools are confined to. Default: the current directory.
-    #[arg(long)]
-    root: Option<PathBuf>,
+    #[command(flatten)]
+    input: BatchInput,
     /// A policy document: each call then shows its decision and the reason for it.
     #[arg(long)]
     policy: Option<PathBuf>,
@@ -46,8 +38,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(super::policy::load)
         .transpose()?;
-    let registry = load_tools(&args.tools, args.root.as_deref(), KvStore::new())?;
-    let batch = read_batch(&args.batch)?;
+    let registry = load_tools(
+        &args.input.tools,
+        args.input.root.as_deref(),
+        KvStore::new(),
+    )?;
+    let batch = read_batch(&args.input.batch)?;
     let plan = Plan::new(&registry, &Normalizers::default(), batch);
     if let Some((call, rejection)) = plan.first_rejection() {
         return Err(invalid(rejection.message(&call.call)));

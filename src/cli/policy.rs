@@ -54,16 +54,7 @@ pub(crate) enum Command {
 pub(crate) fn load(path: &Path) -> anyhow::Result<PolicyEngine> {
     match PolicyEngine::from_path(path) {
         Ok(e) => Ok(e),
-        Err(e @ PolicyError::Unreadable { .. }) => Err(Failure {
-            code: 2,
-            message: format!(
-                "{e}: {}",
-                std::error::Error::source(&e)
-                    .map(|s| s.to_string())
-                    .unwrap_or_default()
-            ),
-        }
-        .into()),
+        Err(e @ PolicyError::Unreadable { .. }) => Err(super::unreadable(&e)),
         Err(e) => Err(super::invalid(e.to_string())),
     }
 }

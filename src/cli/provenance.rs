@@ -77,16 +77,7 @@ pub(crate) enum ExportFormat {
 fn records(file: &Path) -> anyhow::Result<Vec<Record>> {
     match verify_file(file) {
         Ok(v) => Ok(v.records),
-        Err(e @ VerifyError::Unreadable { .. }) => Err(Failure {
-            code: 2,
-            message: format!(
-                "{e}: {}",
-                std::error::Error::source(&e)
-                    .map(|s| s.to_string())
-                    .unwrap_or_default()
-            ),
-        }
-        .into()),
+        Err(e @ VerifyError::Unreadable { .. }) => Err(super::unreadable(&e)),
         Err(e) => Err(super::invalid(format!("{}: {e}", file.display()))),
     }
 }
@@ -96,18 +87,7 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Verify { file, head, format } => {
             let v = match verify_file(&file) {
                 Ok(v) => v,
-                Err(e @ VerifyError::Unreadable { .. }) => {
-                    return Err(Failure {
-                        code: 2,
-                        message: format!(
-                            "{e}: {}",
-                            std::error::Error::source(&e)
-                                .map(|s| s.to_string())
-                                .unwrap_or_default()
-                        ),
-                    }
-                    .into())
-                }
+                Err(e @ VerifyError::Unreadable { .. }) => return Err(super::unreadable(&e)),
                 Err(VerifyError::Damaged(d)) => {
                     let repair = if d.is_torn_tail() {
                         " — the last line is torn (a write was cut short); opening the log for \
@@ -244,15 +224,7 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
 /// Opens a log for writing, saying on standard error what a repair changed.
 pub(crate) fn open(file: &Path, durability: Durability) -> anyhow::Result<ProvenanceLog> {
     let log = ProvenanceLog::open(file, durability).map_err(|e| match &e {
-        sluice::provenance::ProvenanceError::Io { .. } => anyhow::Error::from(Failure {
-            code: 2,
-            message: format!(
-                "{e}: {}",
-                std::error::Error::source(&e)
-                    .map(|s| s.to_string())
-                    .unwrap_or_default()
-            ),
-        }),
+        sluice::provenance::ProvenanceError::Io { .. } => super::unreadable(&e),
         _ => super::invalid(e.to_string()),
     })?;
     if let Some(r) = &log.opened().repaired {

@@ -14,18 +14,14 @@ use sluice::kernel::context::EnvSecrets;
 use sluice::kernel::kernel::{Kernel, OnFailure};
 use sluice::provenance::Durability;
 
-use super::common::{load_tools, read_batch};
+use super::common::{load_tools, read_batch, BatchInput};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// A manifest file or a directory of *.json manifests (repeatable). The built-in tools are
-    /// always registered. A tool with no native handler is accepted; its calls end with
-    /// `no-handler`.
-    #[arg(long = "tools", num_args = 1.., action = clap::ArgAction::Append)]
-    tools: Vec<PathBuf>,
-    /// The batch document (`-` for standard input).
-    #[arg(long)]
-    batch: PathBuf,
+    /// Tools (a tool the kernel cannot carry out is accepted; its calls end with `no-handler`),
+    /// the batch, and the fs tools' root.
+    #[command(flatten)]
+    input: BatchInput,
     /// The batch's shape: Sluice's own, or a model's response (`openai`: an assistant message or
     /// its `tool_calls`; `anthropic`: an assistant message or its content array).
     #[arg(long, value_enum, default_value = "sluice")]
@@ -33,9 +29,6 @@ pub(crate) struct Args {
     /// The tenant of an `openai` or `anthropic` batch.
     #[arg(long, default_value = "default")]
     tenant: String,
-    /// The directory the built-in fs tools are confined to. Default: the current directory.
-    #[arg(long)]
-    root: Option<PathBuf>,
     /// A policy document: every access is authorized per tenant. Without it, every access is
     /// allowed and nothing asks.
     #[arg(long)]
@@ -104,11 +97,15 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(super::policy::load)
         .transpose()?;
-    let registry = load_tools(&args.tools, args.root.as_deref(), KvStore::new())?;
+    let registry = load_tools(
+        &args.input.tools,
+        args.input.root.as_deref(),
+        KvStore::new(),
+    )?;
     let batch = match args.batch_format {
-        BatchFormat::Sluice => read_batch(&args.batch)?,
+        BatchFormat::Sluice => read_batch(&args.input.batch)?,
         format => {
-            let doc = super::common::read_json_arg(&args.batch)?;
+            let doc = super::common::read_json_arg(&args.input.batch)?;
             let names = ToolNames::new(&registry)?;
             match format {
                 BatchFormat::Openai => adapters::openai::batch(&args.tenant, &doc, &names)?,

@@ -80,6 +80,12 @@ pub enum Error {
         /// The other.
         second: String,
     },
+    /// A panic elsewhere left shared state unusable.
+    #[error("{what} is unusable after a panic in another thread (a bug in sluice)")]
+    Poisoned {
+        /// What is unusable.
+        what: &'static str,
+    },
     /// A call was submitted to a batch already closed.
     #[error("call `{id}` was submitted after its batch was closed")]
     BatchClosed {

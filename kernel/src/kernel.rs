@@ -576,7 +576,9 @@ impl BatchHandle {
     pub fn submit_with_priority(&mut self, call: Call, priority: i32) -> Result<()> {
         let index = {
             let Ok(mut st) = self.shared.state.lock() else {
-                return Err(Error::NoRuntime);
+                return Err(Error::Poisoned {
+                    what: "the batch's state",
+                });
             };
             if st.closed {
                 return Err(Error::BatchClosed {

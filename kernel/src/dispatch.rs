@@ -176,11 +176,14 @@ fn accesses_text(p: &PreparedCall) -> String {
         .join(", ")
 }
 
+/// The reason behind a decision, for the model: always the raw token (a rule id, `default`,
+/// `unknown-tenant`, `mode:<mode>`, `pure`) in backticks, then what it means.
 fn describe_by(by: &str) -> String {
     match by {
-        "default" => "the tenant's default decision".into(),
-        "unknown-tenant" => "policy: the tenant is unknown".into(),
-        b if b.starts_with("mode:") => format!("the tool's mode `{}`", &b[5..]),
+        "default" => "`default` (the tenant's default decision)".into(),
+        "unknown-tenant" => "`unknown-tenant` (the tenant is not in the policy)".into(),
+        "unknown-tool" => "`unknown-tool` (no such tool)".into(),
+        b if b.starts_with("mode:") => format!("`{b}` (the tool's human-in-the-loop mode)"),
         b => format!("rule `{b}`"),
     }
 }
@@ -263,8 +266,14 @@ async fn run_ordered(
                 None
             }
             ApprovalOutcome::Rejected { by, reason } => {
+                let asked = job
+                    .authorization
+                    .as_ref()
+                    .map(|a| describe_by(&a.by))
+                    .unwrap_or_default();
                 let msg = format!(
-                    "call `{}` ({}) asked for approval and was rejected by {by}: {reason}",
+                    "call `{}` ({}) asked for approval because of {asked} and was rejected by \
+                     `{by}`: {reason}",
                     job.prepared.call.id, job.prepared.call.tool
                 );
                 job.approver = Some(by);

@@ -539,10 +539,28 @@ fn ctx_tool() -> sluice_kernel::registry::Tool {
 
 #[tokio::test]
 async fn calls_stream_in_one_at_a_time_and_complete_as_they_finish() {
-    let k = Kernel::builder().tool(writer("t.w")).build().unwrap();
-    let mut h = k.open("t").unwrap();
-    h.submit(call("a", "t.w", json!({"key": "1", "ms": 30})))
+    // `a` holds until the test lets it go, so `b` finishing first is a matter of order, not speed.
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let g = gate.clone();
+    let held = tool(
+        "t.held",
+        json!([{"kind": "writes", "resource": "x:{key}"}]),
+        true,
+        handler(move |_c: ToolContext, _i: Value| {
+            let g = g.clone();
+            async move {
+                g.notified().await;
+                Ok::<_, ToolError>(json!({}))
+            }
+        }),
+    );
+    let k = Kernel::builder()
+        .tool(held)
+        .tool(writer("t.w"))
+        .build()
         .unwrap();
+    let mut h = k.open("t").unwrap();
+    h.submit(call("a", "t.held", json!({"key": "1"}))).unwrap();
     // `b` arrives while `a` runs, and does not wait for it.
     h.submit(call("b", "t.w", json!({"key": "2"}))).unwrap();
     let first = h.next_completion().await.unwrap();
@@ -553,6 +571,7 @@ async fn calls_stream_in_one_at_a_time_and_complete_as_they_finish() {
         Err(sluice_kernel::Error::DuplicateCallId { .. })
     ));
     h.close();
+    gate.notify_one();
     let rest: Vec<String> = (&mut h).map(|r| r.id).collect().await;
     assert_eq!(rest, ["a", "c"]);
     let r = h.finish().await;

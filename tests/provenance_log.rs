@@ -105,13 +105,15 @@ async fn run_every_outcome(log: ProvenanceLog) -> sluice_kernel::batch::BatchRes
         ],
     )
     .unwrap();
-    let handle = kernel.submit(batch).unwrap();
-    // Everything but `hang` and the call behind it ends quickly; then the batch is cancelled.
-    let token = handle.cancellation_token();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        token.cancel();
-    });
+    let mut handle = kernel.submit(batch).unwrap();
+    // Every call but `hang` (which never ends) and `cancelled` (which waits for it) completes on
+    // its own; once those eight have, the batch is cancelled.
+    let mut done = 0;
+    while done < 8 {
+        handle.next_completion().await.unwrap();
+        done += 1;
+    }
+    handle.cancel();
     handle.finish().await
 }
 

@@ -759,3 +759,37 @@ fn the_kernel_refuses_to_run_outside_a_runtime() {
     let k = Kernel::builder().build().unwrap();
     assert!(matches!(k.open("t"), Err(sluice_kernel::Error::NoRuntime)));
 }
+
+#[tokio::test]
+async fn cancelling_does_not_wait_for_a_person_who_never_answers() {
+    let k = Kernel::builder()
+        .tool(writer("t.w"))
+        .authorizer(deny_writes_to("none"))
+        .approver(|_r: ApprovalRequest| async { std::future::pending().await })
+        .build()
+        .unwrap();
+    let mut handle = k
+        .submit(
+            Batch::new(
+                "t",
+                vec![
+                    call("ask-forever", "t.w", json!({"key": "k"})),
+                    call("free", "t.w", json!({"key": "f"})),
+                ],
+            )
+            .unwrap(),
+        )
+        .unwrap();
+    assert_eq!(handle.next_completion().await.unwrap().id, "free");
+    handle.cancel();
+    let r = tokio::time::timeout(Duration::from_secs(30), handle.finish())
+        .await
+        .expect("the batch ends");
+    assert_eq!(r.results[0].status, Status::Cancelled);
+    assert!(r.results[0]
+        .error
+        .as_ref()
+        .unwrap()
+        .message
+        .contains("approval"));
+}

@@ -260,25 +260,37 @@ async fn run_ordered(
     }
     let outcome = match approval {
         None => None,
-        Some(fut) => match fut.await {
-            ApprovalOutcome::Approved { by } => {
-                job.approver = Some(by);
-                None
-            }
-            ApprovalOutcome::Rejected { by, reason } => {
-                let asked = job
-                    .authorization
-                    .as_ref()
-                    .map(|a| describe_by(&a.by))
-                    .unwrap_or_default();
-                let msg = format!(
-                    "call `{}` ({}) asked for approval because of {asked} and was rejected by \
+        // A cancelled batch does not wait for a person to answer.
+        Some(fut) => match tokio::select! {
+            biased;
+            _ = cancel.cancelled() => None,
+            o = fut => Some(o),
+        } {
+            None => Some(Outcome::fail(
+                Status::Cancelled,
+                "cancelled",
+                "the batch was cancelled while the call waited for approval",
+            )),
+            Some(o) => match o {
+                ApprovalOutcome::Approved { by } => {
+                    job.approver = Some(by);
+                    None
+                }
+                ApprovalOutcome::Rejected { by, reason } => {
+                    let asked = job
+                        .authorization
+                        .as_ref()
+                        .map(|a| describe_by(&a.by))
+                        .unwrap_or_default();
+                    let msg = format!(
+                        "call `{}` ({}) asked for approval because of {asked} and was rejected by \
                      `{by}`: {reason}",
-                    job.prepared.call.id, job.prepared.call.tool
-                );
-                job.approver = Some(by);
-                Some(Outcome::fail(Status::Rejected, "rejected", msg))
-            }
+                        job.prepared.call.id, job.prepared.call.tool
+                    );
+                    job.approver = Some(by);
+                    Some(Outcome::fail(Status::Rejected, "rejected", msg))
+                }
+            },
         },
     };
     let outcome = match outcome {

@@ -27,6 +27,13 @@ pub(crate) struct BatchInput {
     pub(crate) root: Option<PathBuf>,
 }
 
+impl BatchInput {
+    /// The built-in tools (fs confined to the root) and the manifests under `--tools`.
+    pub(crate) fn registry(&self) -> anyhow::Result<ToolRegistry> {
+        load_tools(&self.tools, self.root.as_deref(), KvStore::new())
+    }
+}
+
 /// The built-in tools (fs tools confined to `root`) plus every manifest under `paths`.
 pub(crate) fn load_tools(
     paths: &[PathBuf],

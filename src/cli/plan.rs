@@ -7,10 +7,9 @@ use clap::ValueEnum;
 use serde_json::{json, Value};
 use sluice::kernel::access::Normalizers;
 use sluice::kernel::authorize::{Authorization, Decision};
-use sluice::kernel::builtin::KvStore;
 use sluice::kernel::plan::Plan;
 
-use super::common::{load_tools, read_batch, BatchInput};
+use super::common::{read_batch, BatchInput};
 use super::invalid;
 
 #[derive(Debug, clap::Args)]
@@ -38,11 +37,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(super::policy::load)
         .transpose()?;
-    let registry = load_tools(
-        &args.input.tools,
-        args.input.root.as_deref(),
-        KvStore::new(),
-    )?;
+    let registry = args.input.registry()?;
     let batch = read_batch(&args.input.batch)?;
     let plan = Plan::new(&registry, &Normalizers::default(), batch);
     if let Some((call, rejection)) = plan.first_rejection() {

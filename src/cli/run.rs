@@ -9,12 +9,11 @@ use serde_json::{json, Value};
 use sluice::kernel::adapters::{self, ToolNames};
 use sluice::kernel::authorize::{ApproveAll, RejectAll};
 use sluice::kernel::batch::{BatchResult, CallResult};
-use sluice::kernel::builtin::KvStore;
 use sluice::kernel::context::EnvSecrets;
 use sluice::kernel::kernel::{Kernel, OnFailure};
 use sluice::provenance::Durability;
 
-use super::common::{load_tools, read_batch, BatchInput};
+use super::common::{read_batch, BatchInput};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -97,11 +96,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(super::policy::load)
         .transpose()?;
-    let registry = load_tools(
-        &args.input.tools,
-        args.input.root.as_deref(),
-        KvStore::new(),
-    )?;
+    let registry = args.input.registry()?;
     let batch = match args.batch_format {
         BatchFormat::Sluice => read_batch(&args.input.batch)?,
         format => {

@@ -132,6 +132,26 @@ fn key(input: &Value) -> String {
         .to_owned()
 }
 
+/// A kv tool whose work is one store operation after its `delay_ms`.
+fn kv_tool(
+    manifest_json: Value,
+    kv: &KvStore,
+    op: fn(&KvStore, &str, &Value) -> Value,
+) -> crate::Result<Tool> {
+    let store = kv.clone();
+    Tool::new(
+        manifest(manifest_json)?,
+        ManifestSource::built_in(),
+        Some(handler(move |ctx: ToolContext, input: Value| {
+            let store = store.clone();
+            async move {
+                delay(&ctx, &input).await?;
+                Ok(op(&store, &key(&input), &input))
+            }
+        })),
+    )
+}
+
 /// The built-in tools, compiled.
 pub fn tools(config: BuiltinConfig) -> crate::Result<Vec<Tool>> {
     let src = ManifestSource::built_in;
@@ -174,69 +194,46 @@ pub fn tools(config: BuiltinConfig) -> crate::Result<Vec<Tool>> {
         })),
     )?);
 
-    let store = kv.clone();
-    out.push(Tool::new(
-        manifest(json!({
+    out.push(kv_tool(
+        json!({
             "id": "sluice.kv.get", "version": "1.0.0",
             "description": "Read the value under `key` in the in-memory store (null when missing).",
             "input": kv_input(json!({}), &["key"]),
             "output": {"type": "object", "required": ["key", "value"]},
             "mutating": false,
             "effects": [{"kind": "reads", "resource": "kv:{key}"}]
-        }))?,
-        src(),
-        Some(handler(move |ctx: ToolContext, input: Value| {
-            let store = store.clone();
-            async move {
-                delay(&ctx, &input).await?;
-                let k = key(&input);
-                Ok(json!({"key": k, "value": store.get(&k).unwrap_or(Value::Null)}))
-            }
-        })),
+        }),
+        &kv,
+        |store, k, _input| json!({"key": k, "value": store.get(k).unwrap_or(Value::Null)}),
     )?);
 
-    let store = kv.clone();
-    out.push(Tool::new(
-        manifest(json!({
+    out.push(kv_tool(
+        json!({
             "id": "sluice.kv.put", "version": "1.0.0",
             "description": "Set `key` to `value` in the in-memory store; returns the previous value.",
             "input": kv_input(json!({"value": {}}), &["key", "value"]),
             "output": {"type": "object", "required": ["key", "previous"]},
             "mutating": true,
             "effects": [{"kind": "writes", "resource": "kv:{key}"}]
-        }))?,
-        src(),
-        Some(handler(move |ctx: ToolContext, input: Value| {
-            let store = store.clone();
-            async move {
-                delay(&ctx, &input).await?;
-                let k = key(&input);
-                let v = input.get("value").cloned().unwrap_or(Value::Null);
-                let previous = store.put(&k, v).unwrap_or(Value::Null);
-                Ok(json!({"key": k, "previous": previous}))
-            }
-        })),
+        }),
+        &kv,
+        |store, k, input| {
+            let v = input.get("value").cloned().unwrap_or(Value::Null);
+            json!({"key": k, "previous": store.put(k, v).unwrap_or(Value::Null)})
+        },
     )?);
 
-    let store = kv.clone();
-    out.push(Tool::new(
-        manifest(json!({
+    out.push(kv_tool(
+        json!({
             "id": "sluice.kv.delete", "version": "1.0.0",
             "description": "Delete `key` from the in-memory store; says whether it existed.",
             "input": kv_input(json!({}), &["key"]),
             "output": {"type": "object", "required": ["key", "existed"]},
             "mutating": true,
             "effects": [{"kind": "deletes", "resource": "kv:{key}"}]
-        }))?,
-        src(),
-        Some(handler(move |ctx: ToolContext, input: Value| {
-            let store = store.clone();
-            async move {
-                delay(&ctx, &input).await?;
-                let k = key(&input);
-                Ok(json!({"key": k, "existed": store.delete(&k)}))
-            }
-        })),
+        }),
+        &kv,
+        |store, k, _input| json!({"key": k, "existed": store.delete(k)}),
     )?);
 
     let store = kv;

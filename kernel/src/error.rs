@@ -57,15 +57,22 @@ pub enum Error {
         message: String,
     },
     /// A tool has no way to run (no native handler) and the kernel was not told to accept it.
-    #[error(
-        "the tool `{id}` (from {source_name}) has no native handler the kernel can run; register \
-         one, or allow unrunnable tools"
-    )]
+    #[error("the tool `{id}` (from {source_name}) cannot run: {why}")]
     Unrunnable {
         /// The tool id.
         id: String,
         /// Where its manifest came from.
         source_name: String,
+        /// Which ways to run it are missing.
+        why: String,
+    },
+    /// `sluice mcp import` could not list a server's tools.
+    #[error("cannot import the tools of `{endpoint}`: {reason}")]
+    McpImport {
+        /// The endpoint.
+        endpoint: String,
+        /// What failed.
+        reason: String,
     },
     /// Batches run on tokio: the kernel was used outside a runtime.
     #[error("the kernel must be used inside a tokio runtime")]

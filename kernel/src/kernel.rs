@@ -42,6 +42,9 @@ use crate::authorize::{AllowAll, ApprovalOutcome, Approver, Authorizer, RejectAl
 use crate::batch::{Batch, BatchResult, Call, CallResult};
 use crate::context::{Provisions, SecretResolver};
 use crate::error::{Error, Result};
+use crate::manifest::Transport;
+#[cfg(feature = "mcp")]
+use crate::mcp::{McpOptions, McpSessions};
 use crate::plan::{Plan, PreparedCall};
 use crate::provenance::{BatchRecord, NoProvenance, ProvenanceSink, Record};
 use crate::registry::{Tool, ToolRegistry};
@@ -110,6 +113,8 @@ pub(crate) struct KernelInner {
     pub(crate) first_use: DashMap<(String, String), Arc<OnceCell<ApprovalOutcome>>>,
     seq: AtomicU64,
     batches: AtomicU64,
+    #[cfg(feature = "mcp")]
+    mcp: McpSessions,
 }
 
 impl KernelInner {
@@ -138,6 +143,8 @@ pub struct KernelBuilder {
     provisions: Provisions,
     allow_unrunnable: bool,
     synthesizers: Option<Synthesizers>,
+    #[cfg(feature = "mcp")]
+    mcp_options: McpOptions,
 }
 
 impl fmt::Debug for KernelBuilder {
@@ -281,18 +288,33 @@ impl KernelBuilder {
         self
     }
 
+    /// Options of the MCP transport (default [`McpOptions::default`]).
+    #[cfg(feature = "mcp")]
+    pub fn mcp_options(mut self, options: McpOptions) -> Self {
+        self.mcp_options = options;
+        self
+    }
+
     /// Builds the kernel; refuses duplicate tool ids and (unless allowed) tools it cannot run.
+    ///
+    /// Each tool's transport is resolved here: `native` takes only a handler registered in
+    /// code; `mcp` only the MCP endpoint; `auto` a native handler, else the handler synthesized
+    /// from the `spec`, else the MCP endpoint. MCP servers are not started here: each endpoint's
+    /// session starts with its first call.
     pub fn build(self) -> Result<Kernel> {
         let mut tools = self.tools;
         let synthesizers = self.synthesizers.unwrap_or_default();
-        for mut t in self.pending {
-            // Transport `auto`: a native handler, else the spec's synthesized one.
-            if t.handler().is_none() {
-                if let Some(made) = synthesizers.synthesize(t.manifest()) {
-                    let handler = made.map_err(|why| Error::InvalidManifest {
-                        source_name: t.source().to_string(),
-                        errors: vec![crate::validate::Diagnostic::new("/spec", why)],
-                    })?;
+        let (resolved, by_mcp) = resolve_transports(self.pending, &synthesizers)?;
+        #[cfg(feature = "mcp")]
+        let mcp = McpSessions::new(
+            by_mcp.iter().map(|&i| &**resolved[i].manifest()),
+            &self.provisions.env,
+            &self.mcp_options,
+        );
+        for (i, mut t) in resolved.into_iter().enumerate() {
+            #[cfg(feature = "mcp")]
+            if by_mcp.contains(&i) {
+                if let Some(handler) = mcp.handler(t.manifest()) {
                     t = Arc::new(Tool::new(
                         (**t.manifest()).clone(),
                         t.source().clone(),
@@ -300,10 +322,13 @@ impl KernelBuilder {
                     )?);
                 }
             }
+            #[cfg(not(feature = "mcp"))]
+            let _ = (i, &by_mcp);
             if !self.allow_unrunnable && t.handler().is_none() {
                 return Err(Error::Unrunnable {
                     id: t.id().to_owned(),
                     source_name: t.source().to_string(),
+                    why: unrunnable_reason(t.manifest()),
                 });
             }
             tools.insert_arc(t)?;
@@ -326,8 +351,65 @@ impl KernelBuilder {
                 first_use: DashMap::new(),
                 seq: AtomicU64::new(0),
                 batches: AtomicU64::new(0),
+                #[cfg(feature = "mcp")]
+                mcp,
             }),
         })
+    }
+}
+
+/// Resolves each tool's transport as far as native handlers and specs go. Returns the tools
+/// (a spec's handler synthesized in) and the positions of those the MCP transport carries out.
+fn resolve_transports(
+    pending: Vec<Arc<Tool>>,
+    synthesizers: &Synthesizers,
+) -> Result<(Vec<Arc<Tool>>, Vec<usize>)> {
+    let mut resolved = Vec::with_capacity(pending.len());
+    let mut by_mcp = Vec::new();
+    for t in pending {
+        let m = t.manifest();
+        let t = match m.transport() {
+            Transport::Native => t,
+            Transport::Mcp => {
+                by_mcp.push(resolved.len());
+                t
+            }
+            Transport::Auto if t.handler().is_some() => t,
+            Transport::Auto => match synthesizers.synthesize(m) {
+                Some(made) => {
+                    let handler = made.map_err(|why| Error::InvalidManifest {
+                        source_name: t.source().to_string(),
+                        errors: vec![crate::validate::Diagnostic::new("/spec", why)],
+                    })?;
+                    Arc::new(Tool::new(
+                        (**m).clone(),
+                        t.source().clone(),
+                        Some(handler),
+                    )?)
+                }
+                None => {
+                    if m.mcp_endpoint.is_some() {
+                        by_mcp.push(resolved.len());
+                    }
+                    t
+                }
+            },
+        };
+        resolved.push(t);
+    }
+    Ok((resolved, by_mcp))
+}
+
+/// Why a tool has no way to run, for [`Error::Unrunnable`].
+fn unrunnable_reason(m: &crate::manifest::Manifest) -> String {
+    match (m.transport(), &m.mcp_endpoint) {
+        (Transport::Native, _) => {
+            "it is `transport: native` and no native handler is registered under its id".into()
+        }
+        (_, Some(_)) if !cfg!(feature = "mcp") => {
+            "its MCP endpoint needs the `mcp` feature, which this build leaves out".into()
+        }
+        _ => "it has no native handler registered in code, no `spec` and no `mcpEndpoint`".into(),
     }
 }
 
@@ -351,6 +433,12 @@ impl Kernel {
     /// A builder with every default.
     pub fn builder() -> KernelBuilder {
         KernelBuilder::default()
+    }
+
+    /// The MCP endpoints of the registered tools and the state of their sessions.
+    #[cfg(feature = "mcp")]
+    pub fn mcp_status(&self) -> Vec<crate::mcp::EndpointStatus> {
+        self.inner.mcp.status()
     }
 
     /// The registered tools.

@@ -49,6 +49,8 @@ pub mod http;
 pub mod kernel;
 pub mod load;
 pub mod manifest;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 pub mod pattern;
 pub mod plan;
 pub mod provenance;

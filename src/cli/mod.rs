@@ -44,6 +44,8 @@ pub(crate) fn emit(args: std::fmt::Arguments<'_>, newline: bool) {
 
 pub(crate) mod common;
 mod demo;
+#[cfg(feature = "mcp")]
+mod mcp;
 mod plan;
 mod policy;
 mod provenance;
@@ -85,6 +87,10 @@ enum Command {
     /// Provenance logs: verify one, ask who wrote what and why a call saw what it saw, export.
     #[command(subcommand)]
     Provenance(provenance::Command),
+    /// MCP servers: import a server's tools as Kindgi manifests.
+    #[cfg(feature = "mcp")]
+    #[command(subcommand)]
+    Mcp(mcp::Command),
 }
 
 /// Output format of `validate`.
@@ -106,6 +112,8 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Policy(c) => policy::run(c),
         Command::Provenance(c) => provenance::run(c),
         Command::Tools(a) => tools::run(a),
+        #[cfg(feature = "mcp")]
+        Command::Mcp(c) => mcp::run(c),
     }
 }
 

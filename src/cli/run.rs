@@ -108,8 +108,19 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
     };
-    let mut builder = Kernel::builder()
-        .tools(registry)
+    // `needsSpec.env` values come from this process's environment, by the declared name.
+    let declared_env: std::collections::BTreeSet<String> = registry
+        .iter()
+        .filter_map(|t| t.manifest().needs_spec.as_ref()?.env.as_ref())
+        .flat_map(|env| env.keys().cloned())
+        .collect();
+    let mut builder = Kernel::builder().tools(registry);
+    for name in &declared_env {
+        if let Ok(value) = std::env::var(name) {
+            builder = builder.env(name, &value);
+        }
+    }
+    let mut builder = builder
         .secrets(EnvSecrets)
         .allow_unrunnable_tools(true)
         .on_failure(match args.on_failure {
@@ -143,7 +154,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let kernel = builder.build()?;
     let runtime = tokio::runtime::Runtime::new()?;
     let result = runtime.block_on(kernel.run(batch))?;
-    drop(kernel);
+    {
+        // MCP sessions close inside the runtime that runs them.
+        let _inside = runtime.enter();
+        drop(kernel);
+    }
     if let Some(log) = log {
         runtime
             .block_on(log.flush())

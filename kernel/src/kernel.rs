@@ -381,11 +381,7 @@ fn resolve_transports(
                         source_name: t.source().to_string(),
                         errors: vec![crate::validate::Diagnostic::new("/spec", why)],
                     })?;
-                    Arc::new(Tool::new(
-                        (**m).clone(),
-                        t.source().clone(),
-                        Some(handler),
-                    )?)
+                    Arc::new(Tool::new((**m).clone(), t.source().clone(), Some(handler))?)
                 }
                 None => {
                     if m.mcp_endpoint.is_some() {

@@ -2,6 +2,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod http_server;
+pub mod mcp;
 
 /// The transitive closure of a DAG whose edges go from lower to higher positions:
 /// `reach[i][j]` is true when a path leads from `i` to `j`.

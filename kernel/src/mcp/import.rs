@@ -170,9 +170,10 @@ mod tests {
     use rmcp::model::{Tool, ToolAnnotations};
 
     fn tool(annotations: Option<ToolAnnotations>) -> Tool {
-        let schema: Map<String, Value> =
-            serde_json::from_value(json!({"type": "object", "properties": {"a": {"type": "number"}}}))
-                .unwrap();
+        let schema: Map<String, Value> = serde_json::from_value(
+            json!({"type": "object", "properties": {"a": {"type": "number"}}}),
+        )
+        .unwrap();
         let mut t = Tool::new("get-sum", "Adds", Arc::new(schema));
         t.annotations = annotations;
         t

@@ -51,7 +51,10 @@ pub fn group_rss_kib(pgid: u32) -> Option<u64> {
     let mut members = 0usize;
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name.to_str().filter(|n| n.bytes().all(|b| b.is_ascii_digit())) else {
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
             continue;
         };
         // Processes come and go while we read: a file that vanished is skipped.

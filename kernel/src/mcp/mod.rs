@@ -176,7 +176,7 @@ fn json_kind(v: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rmcp::model::Content;
+    use rmcp::model::ContentBlock as Content;
     use serde_json::json;
 
     fn manifest(v: Value) -> Manifest {

@@ -109,10 +109,13 @@ impl McpSessions {
                 });
             c.strict |= m.sandbox == Some(Sandbox::Strict);
             for (name, schema) in m.needs_spec.iter().flat_map(|n| n.env.iter().flatten()) {
-                let value = env.get(name).cloned().or_else(|| match schema.get("default") {
-                    Some(Value::String(d)) => Some(d.clone()),
-                    _ => None,
-                });
+                let value = env
+                    .get(name)
+                    .cloned()
+                    .or_else(|| match schema.get("default") {
+                        Some(Value::String(d)) => Some(d.clone()),
+                        _ => None,
+                    });
                 if let Some(v) = value {
                     c.env.insert(name.clone(), v);
                 }
@@ -137,7 +140,9 @@ impl McpSessions {
 
     /// The handler for a tool on one of these endpoints; `None` when it names none of them.
     pub(crate) fn handler(&self, manifest: &Manifest) -> Option<Arc<dyn Handler>> {
-        let endpoint = self.endpoints.get(manifest.mcp_endpoint.as_ref()?.as_str())?;
+        let endpoint = self
+            .endpoints
+            .get(manifest.mcp_endpoint.as_ref()?.as_str())?;
         Some(Arc::new(McpHandler::new(
             endpoint.clone(),
             remote_name(manifest),

@@ -1,0 +1,363 @@
+//! The MCP transport over streamable HTTP, against a small MCP server of our own built with
+//! rmcp's server side and started by the test; and transport resolution at registration.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::{json, Map, Value};
+use sluice_kernel::batch::{Batch, Call, Status};
+use sluice_kernel::kernel::Kernel;
+use sluice_kernel::manifest::McpEndpoint;
+use sluice_kernel::mcp::{import_manifests, ImportOptions};
+use sluice_kernel::tool::{handler, ToolContext, ToolError};
+use support::mcp::{mcp_manifest, unresolved_tool};
+use tokio::sync::Notify;
+
+/// What the server saw.
+#[derive(Debug, Default)]
+struct Seen {
+    calls: AtomicUsize,
+    in_flight: AtomicUsize,
+    most_in_flight: AtomicUsize,
+    cancelled: Notify,
+    cancellations: AtomicUsize,
+}
+
+/// Tools: `add` (structured `{sum}`), `fail` (isError), `slow` (waits until cancelled),
+/// `gather` (waits until `n` gather calls are in flight together).
+#[derive(Clone)]
+struct TestServer {
+    seen: Arc<Seen>,
+    gathered: Arc<Notify>,
+}
+
+fn schema(v: Value) -> Arc<Map<String, Value>> {
+    Arc::new(serde_json::from_value(v).unwrap())
+}
+
+impl ServerHandler for TestServer {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        info.server_info = Implementation::new("sluice-test/adder", "1.4.2");
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let mut read_only = ToolAnnotations::default();
+        read_only.read_only_hint = Some(true);
+        let mut add = Tool::new(
+            "add",
+            "Adds two numbers",
+            schema(
+                json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+                          "required": ["a", "b"]}),
+            ),
+        );
+        add.output_schema = Some(schema(
+            json!({"type": "object", "properties": {"sum": {"type": "number"}}, "required": ["sum"]}),
+        ));
+        add.annotations = Some(read_only);
+        let fail = Tool::new("fail", "Always fails", schema(json!({"type": "object"})));
+        Ok(ListToolsResult::with_all_items(vec![add, fail]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.seen.calls.fetch_add(1, Ordering::SeqCst);
+        let args = request.arguments.unwrap_or_default();
+        let result = match &*request.name {
+            "add" => {
+                let n = |k: &str| args.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+                CallToolResult::structured(json!({"sum": n("a") + n("b")}))
+            }
+            "fail" => CallToolResult::error(vec![ContentBlock::text("the disk is on fire")]),
+            "slow" => {
+                context.ct.cancelled().await;
+                self.seen.cancellations.fetch_add(1, Ordering::SeqCst);
+                self.seen.cancelled.notify_one();
+                return Err(ErrorData::internal_error("cancelled", None));
+            }
+            "gather" => {
+                let want = args.get("n").and_then(Value::as_u64).unwrap_or(1) as usize;
+                let now = self.seen.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                self.seen.most_in_flight.fetch_max(now, Ordering::SeqCst);
+                if now >= want {
+                    self.gathered.notify_waiters();
+                } else {
+                    let wait = self.gathered.notified();
+                    if self.seen.in_flight.load(Ordering::SeqCst) < want {
+                        wait.await;
+                    }
+                }
+                CallToolResult::structured(json!({"gathered": true}))
+            }
+            other => {
+                return Err(ErrorData::invalid_params(
+                    format!("no tool `{other}`"),
+                    None,
+                ))
+            }
+        };
+        Ok(result.into())
+    }
+}
+
+/// Starts the server on an ephemeral loopback port; its `mcp+http://` endpoint.
+async fn start_server() -> (String, Arc<Seen>) {
+    let seen = Arc::new(Seen::default());
+    let server = TestServer {
+        seen: seen.clone(),
+        gathered: Arc::new(Notify::new()),
+    };
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((sock, _)) = listener.accept().await {
+            let svc = hyper_util::service::TowerToHyperService::new(service.clone());
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(sock), svc)
+                    .await;
+            });
+        }
+    });
+    (format!("mcp+http://{addr}/mcp"), seen)
+}
+
+fn kernel(manifests: Vec<Value>) -> Kernel {
+    let mut b = Kernel::builder();
+    for m in manifests {
+        b = b.tool(unresolved_tool(m));
+    }
+    b.build().expect("the kernel builds")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn structured_content_is_the_output_and_is_error_an_error() {
+    let (e, seen) = start_server().await;
+    let k = kernel(vec![
+        mcp_manifest(
+            "t.add",
+            &e,
+            json!({"output": {"type": "object", "required": ["sum"]}}),
+        ),
+        mcp_manifest("t.fail", &e, json!({})),
+        mcp_manifest("t.missing", &e, json!({})),
+    ]);
+    let r = k
+        .run(
+            Batch::new(
+                "t",
+                vec![
+                    Call::new("a", "t.add", json!({"a": 2, "b": 3})),
+                    Call::new("f", "t.fail", json!({})),
+                    Call::new("m", "t.missing", json!({})),
+                ],
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.results[0].status, Status::Ok, "{:?}", r.results[0].error);
+    assert_eq!(r.results[0].output, Some(json!({"sum": 5.0})));
+    let fail = r.results[1].error.as_ref().unwrap();
+    assert_eq!(
+        (r.results[1].status, fail.code.as_str()),
+        (Status::Error, "mcp-tool-error")
+    );
+    assert!(
+        fail.message.contains("the disk is on fire"),
+        "{}",
+        fail.message
+    );
+    let missing = r.results[2].error.as_ref().unwrap();
+    assert_eq!(missing.code, "mcp-error", "{}", missing.message);
+    assert!(
+        missing.message.contains("no tool `missing`"),
+        "{}",
+        missing.message
+    );
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 3);
+    assert_eq!(k.mcp_status()[0].starts, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_on_one_session_are_in_flight_together() {
+    let (e, seen) = start_server().await;
+    let k = kernel(vec![mcp_manifest("t.gather", &e, json!({}))]);
+    // Each call returns only once all 16 are in flight at the server at once.
+    let calls = (0..16)
+        .map(|i| Call::new(format!("g{i}"), "t.gather", json!({"n": 16})))
+        .collect();
+    let r = k.run(Batch::new("t", calls).unwrap()).await.unwrap();
+    for c in &r.results {
+        assert_eq!(c.status, Status::Ok, "{}: {:?}", c.id, c.error);
+    }
+    assert_eq!(seen.most_in_flight.load(Ordering::SeqCst), 16);
+    assert_eq!(k.mcp_status()[0].starts, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_sends_the_mcp_cancellation_to_the_server() {
+    let (e, seen) = start_server().await;
+    let k = kernel(vec![mcp_manifest(
+        "t.slow",
+        &e,
+        json!({"limits": {"memMB": 64, "cpuMs": 200}}),
+    )]);
+    let r = k
+        .run(Batch::new("t", vec![Call::new("s", "t.slow", json!({}))]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        r.results[0].status,
+        Status::Timeout,
+        "{:?}",
+        r.results[0].error
+    );
+    // The server's handler ends only when `notifications/cancelled` reaches it.
+    seen.cancelled.notified().await;
+    assert_eq!(seen.cancellations.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_batch_cancels_its_mcp_calls_at_the_server() {
+    let (e, seen) = start_server().await;
+    let k = kernel(vec![mcp_manifest("t.slow", &e, json!({}))]);
+    let handle = k
+        .submit(Batch::new("t", vec![Call::new("s", "t.slow", json!({}))]).unwrap())
+        .unwrap();
+    while seen.calls.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    handle.cancel();
+    let r = handle.finish().await;
+    assert_eq!(r.results[0].status, Status::Cancelled);
+    seen.cancelled.notified().await;
+    assert_eq!(seen.cancellations.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_over_http_uses_the_output_schema_and_the_server_name() {
+    let (e, _) = start_server().await;
+    let imported = import_manifests(&McpEndpoint::parse(&e).unwrap(), &ImportOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        imported.prefix, "adder",
+        "the last part of the server's name"
+    );
+    assert_eq!(
+        imported.server,
+        ("sluice-test/adder".into(), "1.4.2".into())
+    );
+    let add = &imported.manifests[0];
+    assert_eq!(add["id"], "adder.add");
+    assert_eq!(add["version"], "1.4.2");
+    assert_eq!(add["output"]["required"], json!(["sum"]));
+    assert_eq!(add["effects"][0]["resource"], "adder:*");
+    let fail = &imported.manifests[1];
+    assert_eq!(fail["mutating"], true);
+    assert_eq!(fail["output"], json!({}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_prefers_a_native_handler_and_mcp_transport_takes_the_server() {
+    let (e, seen) = start_server().await;
+    let native =
+        handler(|_: ToolContext, _: Value| async { Ok::<_, ToolError>(json!({"sum": -1})) });
+    let manifest = |id: &str, transport: &str| {
+        let m = mcp_manifest(
+            id,
+            &e,
+            json!({"transport": transport, "metadata": {"mcpTool": "add"}}),
+        );
+        sluice_kernel::manifest::Manifest::from_value(m).unwrap()
+    };
+    let tool = |id: &str, transport: &str| {
+        sluice_kernel::registry::Tool::new(
+            manifest(id, transport),
+            sluice_kernel::load::ManifestSource::built_in(),
+            Some(native.clone()),
+        )
+        .unwrap()
+    };
+    let k = Kernel::builder()
+        .tool(tool("t.auto", "auto"))
+        .tool(tool("t.mcp", "mcp"))
+        .build()
+        .unwrap();
+    let r = k
+        .run(
+            Batch::new(
+                "t",
+                vec![
+                    Call::new("a", "t.auto", json!({"a": 1, "b": 1})),
+                    Call::new("m", "t.mcp", json!({"a": 1, "b": 1})),
+                ],
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        r.results[0].output,
+        Some(json!({"sum": -1})),
+        "auto: the native handler"
+    );
+    assert_eq!(
+        r.results[1].output,
+        Some(json!({"sum": 2.0})),
+        "mcp: the server"
+    );
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn a_tool_with_no_way_to_run_is_refused_at_registration() {
+    let m = json!({"id": "t.nothing", "description": "d", "version": "1.0.0",
+                   "input": {}, "output": {}});
+    let err = Kernel::builder()
+        .tool(unresolved_tool(m))
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`t.nothing`"), "{err}");
+    assert!(
+        err.contains("no native handler")
+            && err.contains("no `spec`")
+            && err.contains("no `mcpEndpoint`"),
+        "{err}"
+    );
+    let native_only = json!({"id": "t.native", "description": "d", "version": "1.0.0",
+                             "input": {}, "output": {}, "transport": "native"});
+    let err = Kernel::builder()
+        .tool(unresolved_tool(native_only))
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("transport: native"), "{err}");
+}

@@ -1,0 +1,83 @@
+//! The MCP reference server, `@modelcontextprotocol/server-everything` from the npm registry,
+//! installed on first use into `target/mcp-everything` with the machine's npm (`.ci/run` installs
+//! it there first). A machine without npm or without the registry fails these tests, saying so:
+//! they are never skipped.
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// The pinned version of the reference server.
+pub const EVERYTHING_VERSION: &str = "2026.8.31";
+
+/// The path of the `mcp-server-everything` binary, installing it first when it is missing.
+/// Test binaries run in parallel: a file lock makes one of them install and the others wait.
+pub fn everything_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/mcp-everything");
+        let bin = dir.join("node_modules/.bin/mcp-server-everything");
+        std::fs::create_dir_all(&dir).expect("target/mcp-everything can be created");
+        let lock = std::fs::File::create(dir.join(".install-lock")).expect("the lock file opens");
+        lock.lock().expect("the install lock is taken");
+        if !bin.exists() {
+            let package = format!("@modelcontextprotocol/server-everything@{EVERYTHING_VERSION}");
+            let status = std::process::Command::new("npm")
+                .args([
+                    "install",
+                    "--no-audit",
+                    "--no-fund",
+                    "--loglevel=error",
+                    "--prefix",
+                ])
+                .arg(&dir)
+                .arg(&package)
+                .status()
+                .unwrap_or_else(|e| {
+                    panic!("the MCP tests need npm to install {package}, and npm cannot run: {e}")
+                });
+            assert!(
+                status.success() && bin.exists(),
+                "`npm install {package}` into {} failed ({status}): the MCP tests need it",
+                dir.display()
+            );
+        }
+        bin
+    })
+    .clone()
+}
+
+/// The stdio endpoint of the reference server, with extra arguments after the binary (a
+/// different argument list is a different endpoint, so a different session).
+pub fn everything_stdio(extra: &str) -> String {
+    let bin = everything_bin();
+    let mut e = format!("mcp+stdio://{}", bin.display());
+    if !extra.is_empty() {
+        e.push(' ');
+        e.push_str(extra);
+    }
+    e
+}
+
+/// A manifest of a tool on an MCP endpoint (read-only, no effects unless `extra` says so).
+pub fn mcp_manifest(id: &str, endpoint: &str, extra: serde_json::Value) -> serde_json::Value {
+    let mut m = serde_json::json!({"id": id, "description": "an MCP tool", "version": "1.0.0",
+        "input": {"type": "object"}, "output": {}, "transport": "mcp",
+        "mcpEndpoint": endpoint, "mutating": false});
+    for (k, v) in extra.as_object().expect("extra is an object") {
+        m[k] = v.clone();
+    }
+    m
+}
+
+/// A registered tool with no handler (the kernel resolves its transport).
+pub fn unresolved_tool(manifest: serde_json::Value) -> sluice_kernel::registry::Tool {
+    let manifest =
+        sluice_kernel::manifest::Manifest::from_value(manifest).expect("test manifest parses");
+    sluice_kernel::registry::Tool::new(
+        manifest,
+        sluice_kernel::load::ManifestSource::built_in(),
+        None,
+    )
+    .expect("test tool compiles")
+}

@@ -3,8 +3,9 @@
 //! Takes in: a tool's manifest. Hands on: its handler. With `transport: auto` (the default) the
 //! kernel picks, in order: a native handler registered in code; else the handler a *spec
 //! synthesizer* makes from the manifest's `spec` (the `http` synthesizer for
-//! `spec: {kind: "http"}`, see [`crate::http`]); else the MCP endpoint (not carried out by this
-//! build: such tools are refused at build unless the embedder accepts unrunnable tools).
+//! `spec: {kind: "http"}`, see [`crate::http`]); else the MCP endpoint (`crate::mcp`, feature
+//! `mcp`). `transport: native` takes only the first, `transport: mcp` only the last. A tool with
+//! none of them is refused at build unless the embedder accepts unrunnable tools.
 //!
 //! [`Synthesizers`] maps a spec kind to its synthesizer; an embedder can replace one or add its
 //! own through [`crate::kernel::KernelBuilder::synthesizer`].

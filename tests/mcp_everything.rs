@@ -422,3 +422,47 @@ async fn the_legacy_sse_transport_carries_calls() {
     );
     assert_eq!(k.mcp_status()[0].starts, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_times_out_while_the_server_starts_does_not_abandon_the_start() {
+    let e = everything_stdio("");
+    let k = kernel(vec![
+        mcp_manifest(
+            "ev.hasty",
+            &e,
+            json!({"metadata": {"mcpTool": "echo"},
+                                            "limits": {"memMB": 4096, "cpuMs": 1}}),
+        ),
+        mcp_manifest("ev.echo", &e, json!({})),
+    ]);
+    let r = k
+        .run(
+            Batch::new(
+                "t",
+                vec![Call::new("h", "ev.hasty", json!({"message": "x"}))],
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        r.results[0].status,
+        Status::Timeout,
+        "{:?}",
+        r.results[0].error
+    );
+    // The start the hasty call began goes on and is shared by the next call.
+    live_pid(&k, &e).await;
+    let r = k
+        .run(
+            Batch::new(
+                "t",
+                vec![Call::new("e", "ev.echo", json!({"message": "y"}))],
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.results[0].status, Status::Ok, "{:?}", r.results[0].error);
+    assert_eq!(k.mcp_status()[0].starts, 1);
+}

@@ -168,7 +168,7 @@ pub struct Endpoint {
     /// The current session; locked only to read or replace the pointer.
     current: Mutex<Option<Arc<Session>>>,
     /// Held while a session starts, so that concurrent first calls start one.
-    starting: tokio::sync::Mutex<()>,
+    starting: Arc<tokio::sync::Mutex<()>>,
     starts: AtomicU64,
 }
 
@@ -195,38 +195,53 @@ impl Endpoint {
             },
             options,
             current: Mutex::new(None),
-            starting: tokio::sync::Mutex::new(()),
+            starting: Arc::new(tokio::sync::Mutex::new(())),
             starts: AtomicU64::new(0),
         }
     }
 
     /// The live session, started (or started again) when there is none.
-    pub(crate) async fn session(&self) -> Result<Arc<Session>, ToolError> {
+    ///
+    /// The start runs in its own task holding the start lock: a call whose deadline passes
+    /// while the server starts (an `npx -y` install, say) gives up waiting, but the start goes
+    /// on, and the calls after it find the session ready instead of starting it again.
+    pub(crate) async fn session(self: &Arc<Self>) -> Result<Arc<Session>, ToolError> {
         if let Some(s) = self.live() {
             return Ok(s);
         }
-        let _starting = self.starting.lock().await;
+        let starting = self.starting.clone().lock_owned().await;
         if let Some(s) = self.live() {
             return Ok(s);
         }
-        let session = tokio::time::timeout(self.options.connect_timeout, self.start())
-            .await
-            .map_err(|_| {
-                ToolError::new(
-                    "mcp-unavailable",
-                    format!(
-                        "the MCP server `{}` did not finish its handshake within {} ms",
-                        self.raw,
-                        self.options.connect_timeout.as_millis()
-                    ),
-                )
-            })??;
-        let session = Arc::new(session);
-        self.starts.fetch_add(1, Ordering::Relaxed);
-        if let Ok(mut slot) = self.current.lock() {
-            *slot = Some(session.clone());
-        }
-        Ok(session)
+        let me = self.clone();
+        let task = tokio::spawn(async move {
+            let _starting = starting;
+            let started = tokio::time::timeout(me.options.connect_timeout, me.start()).await;
+            let session = match started {
+                Ok(result) => Arc::new(result?),
+                Err(_) => {
+                    return Err(ToolError::new(
+                        "mcp-unavailable",
+                        format!(
+                            "the MCP server `{}` did not finish its handshake within {} ms",
+                            me.raw,
+                            me.options.connect_timeout.as_millis()
+                        ),
+                    ))
+                }
+            };
+            me.starts.fetch_add(1, Ordering::Relaxed);
+            if let Ok(mut slot) = me.current.lock() {
+                *slot = Some(session.clone());
+            }
+            Ok(session)
+        });
+        task.await.unwrap_or_else(|e| {
+            Err(ToolError::new(
+                "mcp-unavailable",
+                format!("starting the MCP session with `{}` failed: {e}", self.raw),
+            ))
+        })
     }
 
     fn live(&self) -> Option<Arc<Session>> {

@@ -304,26 +304,28 @@ impl KernelBuilder {
     pub fn build(self) -> Result<Kernel> {
         let mut tools = self.tools;
         let synthesizers = self.synthesizers.unwrap_or_default();
-        let (resolved, by_mcp) = resolve_transports(self.pending, &synthesizers)?;
+        let resolved = resolve_transports(self.pending, &synthesizers)?;
         #[cfg(feature = "mcp")]
         let mcp = McpSessions::new(
-            by_mcp.iter().map(|&i| &**resolved[i].manifest()),
+            resolved
+                .iter()
+                .filter(|(_, by_mcp)| *by_mcp)
+                .map(|(t, _)| &**t.manifest()),
             &self.provisions.env,
             &self.mcp_options,
         );
-        for (i, mut t) in resolved.into_iter().enumerate() {
+        for (t, by_mcp) in resolved {
             #[cfg(feature = "mcp")]
-            if by_mcp.contains(&i) {
-                if let Some(handler) = mcp.handler(t.manifest()) {
-                    t = Arc::new(Tool::new(
-                        (**t.manifest()).clone(),
-                        t.source().clone(),
-                        Some(handler),
-                    )?);
-                }
-            }
+            let t = match mcp.handler(t.manifest()).filter(|_| by_mcp) {
+                Some(handler) => Arc::new(Tool::new(
+                    (**t.manifest()).clone(),
+                    t.source().clone(),
+                    Some(handler),
+                )?),
+                None => t,
+            };
             #[cfg(not(feature = "mcp"))]
-            let _ = (i, &by_mcp);
+            let _ = by_mcp;
             if !self.allow_unrunnable && t.handler().is_none() {
                 return Err(Error::Unrunnable {
                     id: t.id().to_owned(),
@@ -358,42 +360,37 @@ impl KernelBuilder {
     }
 }
 
-/// Resolves each tool's transport as far as native handlers and specs go. Returns the tools
-/// (a spec's handler synthesized in) and the positions of those the MCP transport carries out.
+/// Resolves each tool's transport as far as native handlers and specs go: each tool (a spec's
+/// handler synthesized in), and whether the MCP transport carries it out.
 fn resolve_transports(
     pending: Vec<Arc<Tool>>,
     synthesizers: &Synthesizers,
-) -> Result<(Vec<Arc<Tool>>, Vec<usize>)> {
+) -> Result<Vec<(Arc<Tool>, bool)>> {
     let mut resolved = Vec::with_capacity(pending.len());
-    let mut by_mcp = Vec::new();
     for t in pending {
         let m = t.manifest();
-        let t = match m.transport() {
-            Transport::Native => t,
-            Transport::Mcp => {
-                by_mcp.push(resolved.len());
-                t
-            }
-            Transport::Auto if t.handler().is_some() => t,
+        let entry = match m.transport() {
+            Transport::Native => (t, false),
+            Transport::Mcp => (t, true),
+            Transport::Auto if t.handler().is_some() => (t, false),
             Transport::Auto => match synthesizers.synthesize(m) {
                 Some(made) => {
                     let handler = made.map_err(|why| Error::InvalidManifest {
                         source_name: t.source().to_string(),
                         errors: vec![crate::validate::Diagnostic::new("/spec", why)],
                     })?;
-                    Arc::new(Tool::new((**m).clone(), t.source().clone(), Some(handler))?)
+                    let tool = Tool::new((**m).clone(), t.source().clone(), Some(handler))?;
+                    (Arc::new(tool), false)
                 }
                 None => {
-                    if m.mcp_endpoint.is_some() {
-                        by_mcp.push(resolved.len());
-                    }
-                    t
+                    let by_mcp = m.mcp_endpoint.is_some();
+                    (t, by_mcp)
                 }
             },
         };
-        resolved.push(t);
+        resolved.push(entry);
     }
-    Ok((resolved, by_mcp))
+    Ok(resolved)
 }
 
 /// Why a tool has no way to run, for [`Error::Unrunnable`].

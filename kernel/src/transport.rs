@@ -41,6 +41,7 @@ impl fmt::Debug for Synthesizers {
 
 impl Default for Synthesizers {
     fn default() -> Self {
+        #[cfg_attr(not(feature = "http"), allow(unused_mut))]
         let mut s = Synthesizers::empty();
         #[cfg(feature = "http")]
         if let Ok(h) = crate::http::HttpSynthesizer::new(crate::http::HttpOptions::default()) {

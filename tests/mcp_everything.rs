@@ -466,3 +466,25 @@ async fn a_call_that_times_out_while_the_server_starts_does_not_abandon_the_star
     assert_eq!(r.results[0].status, Status::Ok, "{:?}", r.results[0].error);
     assert_eq!(k.mcp_status()[0].starts, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_strict_the_server_inherits_the_environment_plus_the_declared_values() {
+    let e = everything_stdio("");
+    let k = Kernel::builder()
+        .tool(unresolved_tool(mcp_manifest(
+            "ev.get-env",
+            &e,
+            json!({"needsSpec": {"env": {"SLUICE_GIVEN": {"type": "string"}}}}),
+        )))
+        .env("SLUICE_GIVEN", "from the embedder")
+        .build()
+        .unwrap();
+    let r = k
+        .run(Batch::new("t", vec![Call::new("env", "ev.get-env", json!({}))]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(r.results[0].status, Status::Ok, "{:?}", r.results[0].error);
+    let env: Value = serde_json::from_str(&text_of(r.results[0].output.as_ref().unwrap())).unwrap();
+    assert_eq!(env["SLUICE_GIVEN"], "from the embedder");
+    assert!(env.get("CARGO_MANIFEST_DIR").is_some(), "inherited: {env}");
+}

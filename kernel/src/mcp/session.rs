@@ -58,8 +58,8 @@ struct EndpointConfig {
     endpoint: McpEndpoint,
     /// Some tool on it runs under `sandbox: strict`: the server's environment holds only `env`.
     strict: bool,
-    /// Under `strict`, the environment the server gets: every `needsSpec.env` name declared by a
-    /// tool on the endpoint, with the value the embedder supplied, else its `default`.
+    /// Every `needsSpec.env` name declared by a tool on the endpoint, with the value the embedder
+    /// supplied, else its `default`: set in the server's environment (under `strict`, all of it).
     env: BTreeMap<String, String>,
     /// The largest `limits.memMB` declared by a tool on the endpoint.
     mem_cap_mb: Option<u64>,
@@ -329,8 +329,9 @@ impl Endpoint {
         #[cfg(unix)]
         cmd.process_group(0);
         if self.config.strict {
-            cmd.env_clear().envs(&self.config.env);
+            cmd.env_clear();
         }
+        cmd.envs(&self.config.env);
         let (process, stderr) = TokioChildProcess::builder(cmd)
             .stderr(Stdio::piped())
             .spawn()

@@ -120,8 +120,32 @@ impl ServerHandler for TestServer {
     }
 }
 
+/// A running test server.
+struct Running {
+    endpoint: String,
+    addr: std::net::SocketAddr,
+    seen: Arc<Seen>,
+    stop: Arc<Notify>,
+    done: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops the server: no more connections, and every open one dropped. (Dropping the handle
+    /// leaves the server serving until the test ends.)
+    async fn stop(self) {
+        self.stop.notify_one();
+        let _ = self.done.await;
+    }
+}
+
 /// Starts the server on an ephemeral loopback port; its `mcp+http://` endpoint.
 async fn start_server() -> (String, Arc<Seen>) {
+    let r = start_server_on("127.0.0.1:0").await;
+    (r.endpoint, r.seen)
+}
+
+/// Starts the server on `addr`.
+async fn start_server_on(addr: &str) -> Running {
     let seen = Arc::new(Seen::default());
     let server = TestServer {
         seen: seen.clone(),
@@ -132,19 +156,35 @@ async fn start_server() -> (String, Arc<Seen>) {
         Arc::new(LocalSessionManager::default()),
         StreamableHttpServerConfig::default(),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((sock, _)) = listener.accept().await {
-            let svc = hyper_util::service::TowerToHyperService::new(service.clone());
-            tokio::spawn(async move {
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(sock), svc)
-                    .await;
-            });
+    let stop = Arc::new(Notify::new());
+    let stopped = stop.clone();
+    let done = tokio::spawn(async move {
+        let mut connections = tokio::task::JoinSet::new();
+        loop {
+            tokio::select! {
+                _ = stopped.notified() => break,
+                accepted = listener.accept() => {
+                    let Ok((sock, _)) = accepted else { break };
+                    let svc = hyper_util::service::TowerToHyperService::new(service.clone());
+                    connections.spawn(async move {
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(hyper_util::rt::TokioIo::new(sock), svc)
+                            .await;
+                    });
+                }
+            }
         }
+        connections.shutdown().await;
     });
-    (format!("mcp+http://{addr}/mcp"), seen)
+    Running {
+        endpoint: format!("mcp+http://{addr}/mcp"),
+        addr,
+        seen,
+        stop,
+        done,
+    }
 }
 
 fn kernel(manifests: Vec<Value>) -> Kernel {
@@ -334,6 +374,27 @@ async fn auto_prefers_a_native_handler_and_mcp_transport_takes_the_server() {
         "mcp: the server"
     );
     assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_went_away_is_reached_again_by_a_new_session() {
+    let first = start_server_on("127.0.0.1:0").await;
+    let (e, addr) = (first.endpoint.clone(), first.addr);
+    let k = kernel(vec![mcp_manifest("t.add", &e, json!({}))]);
+    let add =
+        |id: &str| Batch::new("t", vec![Call::new(id, "t.add", json!({"a": 1, "b": 2}))]).unwrap();
+    let r = k.run(add("before")).await.unwrap();
+    assert_eq!(r.results[0].status, Status::Ok, "{:?}", r.results[0].error);
+    first.stop().await;
+    // The same address, a new server process (here: a new server with no sessions).
+    let second = start_server_on(&addr.to_string()).await;
+    let r = k.run(add("after")).await.unwrap();
+    assert_eq!(r.results[0].status, Status::Ok, "{:?}", r.results[0].error);
+    assert_eq!(r.results[0].output, Some(json!({"sum": 3.0})));
+    assert_eq!(second.seen.calls.load(Ordering::SeqCst), 1);
+    // rmcp may re-initialize on the same client (the new server does not know the old session
+    // id) or Sluice may start a new session; either way the call reached the new server.
+    second.stop().await;
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //!
 //! Takes in: the manifests whose transport resolves to MCP (`transport: mcp`, or `auto` with
 //! neither a native handler nor a `spec`). Hands on: one [`Handler`] per tool, all the tools of an
-//! endpoint sharing one [`session`](crate::mcp::session) with its server.
+//! endpoint sharing one [`session`] with its server.
 //!
 //! - Endpoints: `mcp+stdio://<command line>` (a child process, the command line split as a POSIX
 //!   shell would), `mcp+http://<url>` (streamable HTTP) and `mcp+sse://<url>` (the older HTTP+SSE

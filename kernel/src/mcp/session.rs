@@ -6,7 +6,7 @@
 //! waits on a second lock, so that concurrent first calls start one server, not many.
 //!
 //! A session ends when its server goes away (it exited, the connection broke, or the
-//! [`memory`](super::memory) watcher killed it); the next call starts a new one.
+//! memory watcher, [`super::memory`], killed it); the next call starts a new one.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;

@@ -735,7 +735,9 @@ async fn tools_without_a_handler_are_refused_at_build_or_fail_alone() {
         .run(Batch::new("t", vec![call("x", "t.none", json!({}))]).unwrap())
         .await
         .unwrap();
-    assert_eq!(r.results[0].error.as_ref().unwrap().code, "no-handler");
+    let err = r.results[0].error.as_ref().unwrap();
+    assert_eq!(err.code, "no-handler");
+    assert!(err.message.contains("no `mcpEndpoint`"), "{}", err.message);
 }
 
 #[tokio::test]

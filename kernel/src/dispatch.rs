@@ -407,15 +407,7 @@ async fn invoke(job: &mut CallJob, batch_cancel: &CancellationToken) -> Outcome 
         p = job.kernel.ready.acquire(job.priority, job.seq, tool.id()) => p,
     };
     let Some(handler) = tool.handler().cloned() else {
-        let why = if tool.manifest().transport() == crate::manifest::Transport::Native {
-            "it is `transport: native` and no native handler is registered under its id"
-        } else if tool.manifest().mcp_endpoint.is_some() {
-            "its MCP endpoint needs the `mcp` feature, which this build leaves out"
-        } else if tool.manifest().spec.is_some() {
-            "no synthesizer could make a handler from its spec"
-        } else {
-            "it has no native handler registered in code"
-        };
+        let why = crate::kernel::unrunnable_reason(tool.manifest());
         return Outcome::fail(
             Status::Error,
             "no-handler",

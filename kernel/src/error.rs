@@ -56,7 +56,8 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
-    /// A tool has no way to run (no native handler) and the kernel was not told to accept it.
+    /// A tool has no way to run (no native handler, spec or MCP endpoint it can use) and the
+    /// kernel was not told to accept it.
     #[error("the tool `{id}` (from {source_name}) cannot run: {why}")]
     Unrunnable {
         /// The tool id.

@@ -317,11 +317,7 @@ impl KernelBuilder {
         for (t, by_mcp) in resolved {
             #[cfg(feature = "mcp")]
             let t = match mcp.handler(t.manifest()).filter(|_| by_mcp) {
-                Some(handler) => Arc::new(Tool::new(
-                    (**t.manifest()).clone(),
-                    t.source().clone(),
-                    Some(handler),
-                )?),
+                Some(handler) => with_handler(&t, handler)?,
                 None => t,
             };
             #[cfg(not(feature = "mcp"))]
@@ -330,7 +326,7 @@ impl KernelBuilder {
                 return Err(Error::Unrunnable {
                     id: t.id().to_owned(),
                     source_name: t.source().to_string(),
-                    why: unrunnable_reason(t.manifest()),
+                    why: unrunnable_reason(t.manifest()).to_owned(),
                 });
             }
             tools.insert_arc(t)?;
@@ -379,8 +375,7 @@ fn resolve_transports(
                         source_name: t.source().to_string(),
                         errors: vec![crate::validate::Diagnostic::new("/spec", why)],
                     })?;
-                    let tool = Tool::new((**m).clone(), t.source().clone(), Some(handler))?;
-                    (Arc::new(tool), false)
+                    (with_handler(&t, handler)?, false)
                 }
                 None => {
                     let by_mcp = m.mcp_endpoint.is_some();
@@ -393,16 +388,23 @@ fn resolve_transports(
     Ok(resolved)
 }
 
-/// Why a tool has no way to run, for [`Error::Unrunnable`].
-fn unrunnable_reason(m: &crate::manifest::Manifest) -> String {
+/// The same tool, carried out by `handler`.
+fn with_handler(t: &Tool, handler: Arc<dyn crate::tool::Handler>) -> Result<Arc<Tool>> {
+    let tool = Tool::new((**t.manifest()).clone(), t.source().clone(), Some(handler))?;
+    Ok(Arc::new(tool))
+}
+
+/// Why a tool has no way to run: for [`Error::Unrunnable`] at build, and for the `no-handler`
+/// result of a call to a tool the embedder accepted anyway.
+pub(crate) fn unrunnable_reason(m: &crate::manifest::Manifest) -> &'static str {
     match (m.transport(), &m.mcp_endpoint) {
         (Transport::Native, _) => {
-            "it is `transport: native` and no native handler is registered under its id".into()
+            "it is `transport: native` and no native handler is registered under its id"
         }
         (_, Some(_)) if !cfg!(feature = "mcp") => {
-            "its MCP endpoint needs the `mcp` feature, which this build leaves out".into()
+            "its MCP endpoint needs the `mcp` feature, which this build leaves out"
         }
-        _ => "it has no native handler registered in code, no `spec` and no `mcpEndpoint`".into(),
+        _ => "it has no native handler registered in code, no `spec` and no `mcpEndpoint`",
     }
 }
 

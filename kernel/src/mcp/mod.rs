@@ -83,7 +83,8 @@ impl Handler for McpHandler {
             let mut params = CallToolRequestParams::new(Cow::Owned(remote.to_string()));
             params.arguments = arguments;
             // Dropping this future (deadline, cancellation) drops the request, and rmcp sends
-            // `notifications/cancelled` for it.
+            // `notifications/cancelled` for it. An answer that is already here wins over a
+            // death declared at the same moment.
             let result = tokio::select! {
                 biased;
                 r = session.peer().call_tool(params) => r,

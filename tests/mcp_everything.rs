@@ -10,15 +10,7 @@ use sluice_kernel::batch::{Batch, Call, Status};
 use sluice_kernel::kernel::Kernel;
 use sluice_kernel::manifest::McpEndpoint;
 use sluice_kernel::mcp::{import_manifests, ImportOptions};
-use support::mcp::{everything_stdio, mcp_manifest, unresolved_tool};
-
-fn kernel(manifests: Vec<Value>) -> Kernel {
-    let mut b = Kernel::builder();
-    for m in manifests {
-        b = b.tool(unresolved_tool(m));
-    }
-    b.build().expect("the kernel builds")
-}
+use support::mcp::{everything_stdio, kernel_of, mcp_manifest, run_one, unresolved_tool};
 
 fn text_of(output: &Value) -> String {
     output
@@ -48,7 +40,7 @@ async fn live_pid(kernel: &Kernel, endpoint: &str) -> u32 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn echo_and_get_sum_run_on_one_shared_session() {
     let e = everything_stdio("");
-    let k = kernel(vec![
+    let k = kernel_of(vec![
         mcp_manifest("ev.echo", &e, json!({})),
         mcp_manifest("ev.sum", &e, json!({"metadata": {"mcpTool": "get-sum"}})),
     ]);
@@ -83,7 +75,7 @@ async fn echo_and_get_sum_run_on_one_shared_session() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_concurrent_calls_share_one_session() {
     let e = everything_stdio("");
-    let k = kernel(vec![mcp_manifest("ev.echo", &e, json!({}))]);
+    let k = kernel_of(vec![mcp_manifest("ev.echo", &e, json!({}))]);
     let calls = (0..200)
         .map(|i| {
             Call::new(
@@ -104,7 +96,7 @@ async fn many_concurrent_calls_share_one_session() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_call_times_out_and_the_session_stays_usable() {
     let e = everything_stdio("");
-    let k = kernel(vec![
+    let k = kernel_of(vec![
         mcp_manifest(
             "ev.long",
             &e,
@@ -113,40 +105,14 @@ async fn a_long_call_times_out_and_the_session_stays_usable() {
         ),
         mcp_manifest("ev.echo", &e, json!({})),
     ]);
-    let r = k
-        .run(
-            Batch::new(
-                "t",
-                vec![Call::new(
-                    "long",
-                    "ev.long",
-                    json!({"duration": 30, "steps": 3}),
-                )],
-            )
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    let r = run_one(&k, "long", "ev.long", json!({"duration": 30, "steps": 3})).await;
     assert_eq!(
         r.results[0].status,
         Status::Timeout,
         "{:?}",
         r.results[0].error
     );
-    let r = k
-        .run(
-            Batch::new(
-                "t",
-                vec![Call::new(
-                    "after",
-                    "ev.echo",
-                    json!({"message": "still here"}),
-                )],
-            )
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    let r = run_one(&k, "after", "ev.echo", json!({"message": "still here"})).await;
     assert_eq!(r.results[0].status, Status::Ok, "{:?}", r.results[0].error);
     assert_eq!(
         k.mcp_status()[0].starts,
@@ -158,7 +124,7 @@ async fn a_long_call_times_out_and_the_session_stays_usable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_mid_call_fails_that_call_and_restarts_on_the_next() {
     let e = everything_stdio("");
-    let k = kernel(vec![
+    let k = kernel_of(vec![
         mcp_manifest(
             "ev.long",
             &e,
@@ -196,16 +162,7 @@ async fn a_server_killed_mid_call_fails_that_call_and_restarts_on_the_next() {
         err.message
     );
 
-    let r = k
-        .run(
-            Batch::new(
-                "t",
-                vec![Call::new("next", "ev.echo", json!({"message": "again"}))],
-            )
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    let r = run_one(&k, "next", "ev.echo", json!({"message": "again"})).await;
     assert_eq!(r.results[0].status, Status::Ok, "{:?}", r.results[0].error);
     let status = &k.mcp_status()[0];
     assert_eq!(status.starts, 2, "the next call started the server again");
@@ -216,26 +173,13 @@ async fn a_server_killed_mid_call_fails_that_call_and_restarts_on_the_next() {
 async fn a_server_past_its_memory_cap_is_killed_and_its_calls_fail_with_limits_exceeded() {
     // Node's resident memory is tens of MiB: a 1 MiB cap is exceeded at the first reading.
     let e = everything_stdio("");
-    let k = kernel(vec![mcp_manifest(
+    let k = kernel_of(vec![mcp_manifest(
         "ev.long",
         &e,
         json!({"metadata": {"mcpTool": "trigger-long-running-operation"},
                "limits": {"memMB": 1, "cpuMs": 60000}}),
     )]);
-    let r = k
-        .run(
-            Batch::new(
-                "t",
-                vec![Call::new(
-                    "long",
-                    "ev.long",
-                    json!({"duration": 60, "steps": 2}),
-                )],
-            )
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    let r = run_one(&k, "long", "ev.long", json!({"duration": 60, "steps": 2})).await;
     let c = &r.results[0];
     assert_eq!(c.status, Status::Error);
     let err = c.error.as_ref().unwrap();
@@ -263,10 +207,7 @@ async fn under_strict_sandbox_the_server_sees_only_the_declared_environment() {
         .env("PATH", &path)
         .build()
         .unwrap();
-    let r = k
-        .run(Batch::new("t", vec![Call::new("env", "ev.get-env", json!({}))]).unwrap())
-        .await
-        .unwrap();
+    let r = run_one(&k, "env", "ev.get-env", json!({})).await;
     assert_eq!(r.results[0].status, Status::Ok, "{:?}", r.results[0].error);
     let env: Value = serde_json::from_str(&text_of(r.results[0].output.as_ref().unwrap())).unwrap();
     assert_eq!(env["SLUICE_PROBE"], "declared");
@@ -276,7 +217,7 @@ async fn under_strict_sandbox_the_server_sees_only_the_declared_environment() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endpoint_that_cannot_start_fails_its_calls_clearly() {
-    let k = kernel(vec![
+    let k = kernel_of(vec![
         mcp_manifest(
             "gone.echo",
             "mcp+stdio:///nonexistent/mcp-server",
@@ -343,17 +284,8 @@ async fn import_makes_valid_conservative_manifests() {
     assert!(toggle.get("effects").is_none(), "{toggle}");
 
     // The imported tools run as they are.
-    let k = kernel(imported.manifests.clone());
-    let r = k
-        .run(
-            Batch::new(
-                "t",
-                vec![Call::new("s", "ev.get-sum", json!({"a": 1, "b": 2}))],
-            )
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    let k = kernel_of(imported.manifests.clone());
+    let r = run_one(&k, "s", "ev.get-sum", json!({"a": 1, "b": 2})).await;
     assert_eq!(r.results[0].status, Status::Ok, "{:?}", r.results[0].error);
 }
 
@@ -400,7 +332,7 @@ async fn sse_server() -> SseServer {
 async fn the_legacy_sse_transport_carries_calls() {
     let server = sse_server().await;
     let e = format!("mcp+sse://127.0.0.1:{}/sse", server.port);
-    let k = kernel(vec![
+    let k = kernel_of(vec![
         mcp_manifest("ev.echo", &e, json!({})),
         mcp_manifest("ev.get-sum", &e, json!({})),
     ]);
@@ -426,7 +358,7 @@ async fn the_legacy_sse_transport_carries_calls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_that_times_out_while_the_server_starts_does_not_abandon_the_start() {
     let e = everything_stdio("");
-    let k = kernel(vec![
+    let k = kernel_of(vec![
         mcp_manifest(
             "ev.hasty",
             &e,
@@ -435,16 +367,7 @@ async fn a_call_that_times_out_while_the_server_starts_does_not_abandon_the_star
         ),
         mcp_manifest("ev.echo", &e, json!({})),
     ]);
-    let r = k
-        .run(
-            Batch::new(
-                "t",
-                vec![Call::new("h", "ev.hasty", json!({"message": "x"}))],
-            )
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    let r = run_one(&k, "h", "ev.hasty", json!({"message": "x"})).await;
     assert_eq!(
         r.results[0].status,
         Status::Timeout,
@@ -453,16 +376,7 @@ async fn a_call_that_times_out_while_the_server_starts_does_not_abandon_the_star
     );
     // The start the hasty call began goes on and is shared by the next call.
     live_pid(&k, &e).await;
-    let r = k
-        .run(
-            Batch::new(
-                "t",
-                vec![Call::new("e", "ev.echo", json!({"message": "y"}))],
-            )
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    let r = run_one(&k, "e", "ev.echo", json!({"message": "y"})).await;
     assert_eq!(r.results[0].status, Status::Ok, "{:?}", r.results[0].error);
     assert_eq!(k.mcp_status()[0].starts, 1);
 }
@@ -479,10 +393,7 @@ async fn without_strict_the_server_inherits_the_environment_plus_the_declared_va
         .env("SLUICE_GIVEN", "from the embedder")
         .build()
         .unwrap();
-    let r = k
-        .run(Batch::new("t", vec![Call::new("env", "ev.get-env", json!({}))]).unwrap())
-        .await
-        .unwrap();
+    let r = run_one(&k, "env", "ev.get-env", json!({})).await;
     assert_eq!(r.results[0].status, Status::Ok, "{:?}", r.results[0].error);
     let env: Value = serde_json::from_str(&text_of(r.results[0].output.as_ref().unwrap())).unwrap();
     assert_eq!(env["SLUICE_GIVEN"], "from the embedder");

@@ -21,7 +21,7 @@ use sluice_kernel::kernel::Kernel;
 use sluice_kernel::manifest::McpEndpoint;
 use sluice_kernel::mcp::{import_manifests, ImportOptions};
 use sluice_kernel::tool::{handler, ToolContext, ToolError};
-use support::mcp::{mcp_manifest, unresolved_tool};
+use support::mcp::{kernel_of, mcp_manifest, run_one, unresolved_tool};
 use tokio::sync::Notify;
 
 /// What the server saw.
@@ -187,18 +187,10 @@ async fn start_server_on(addr: &str) -> Running {
     }
 }
 
-fn kernel(manifests: Vec<Value>) -> Kernel {
-    let mut b = Kernel::builder();
-    for m in manifests {
-        b = b.tool(unresolved_tool(m));
-    }
-    b.build().expect("the kernel builds")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn structured_content_is_the_output_and_is_error_an_error() {
     let (e, seen) = start_server().await;
-    let k = kernel(vec![
+    let k = kernel_of(vec![
         mcp_manifest(
             "t.add",
             &e,
@@ -247,7 +239,7 @@ async fn structured_content_is_the_output_and_is_error_an_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_on_one_session_are_in_flight_together() {
     let (e, seen) = start_server().await;
-    let k = kernel(vec![mcp_manifest("t.gather", &e, json!({}))]);
+    let k = kernel_of(vec![mcp_manifest("t.gather", &e, json!({}))]);
     // Each call returns only once all 16 are in flight at the server at once.
     let calls = (0..16)
         .map(|i| Call::new(format!("g{i}"), "t.gather", json!({"n": 16})))
@@ -263,15 +255,12 @@ async fn calls_on_one_session_are_in_flight_together() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deadline_sends_the_mcp_cancellation_to_the_server() {
     let (e, seen) = start_server().await;
-    let k = kernel(vec![mcp_manifest(
+    let k = kernel_of(vec![mcp_manifest(
         "t.slow",
         &e,
         json!({"limits": {"memMB": 64, "cpuMs": 200}}),
     )]);
-    let r = k
-        .run(Batch::new("t", vec![Call::new("s", "t.slow", json!({}))]).unwrap())
-        .await
-        .unwrap();
+    let r = run_one(&k, "s", "t.slow", json!({})).await;
     assert_eq!(
         r.results[0].status,
         Status::Timeout,
@@ -286,7 +275,7 @@ async fn a_deadline_sends_the_mcp_cancellation_to_the_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_batch_cancels_its_mcp_calls_at_the_server() {
     let (e, seen) = start_server().await;
-    let k = kernel(vec![mcp_manifest("t.slow", &e, json!({}))]);
+    let k = kernel_of(vec![mcp_manifest("t.slow", &e, json!({}))]);
     let handle = k
         .submit(Batch::new("t", vec![Call::new("s", "t.slow", json!({}))]).unwrap())
         .unwrap();
@@ -380,15 +369,13 @@ async fn auto_prefers_a_native_handler_and_mcp_transport_takes_the_server() {
 async fn a_server_that_went_away_is_reached_again_by_a_new_session() {
     let first = start_server_on("127.0.0.1:0").await;
     let (e, addr) = (first.endpoint.clone(), first.addr);
-    let k = kernel(vec![mcp_manifest("t.add", &e, json!({}))]);
-    let add =
-        |id: &str| Batch::new("t", vec![Call::new(id, "t.add", json!({"a": 1, "b": 2}))]).unwrap();
-    let r = k.run(add("before")).await.unwrap();
+    let k = kernel_of(vec![mcp_manifest("t.add", &e, json!({}))]);
+    let r = run_one(&k, "before", "t.add", json!({"a": 1, "b": 2})).await;
     assert_eq!(r.results[0].status, Status::Ok, "{:?}", r.results[0].error);
     first.stop().await;
     // The same address, a new server process (here: a new server with no sessions).
     let second = start_server_on(&addr.to_string()).await;
-    let r = k.run(add("after")).await.unwrap();
+    let r = run_one(&k, "after", "t.add", json!({"a": 1, "b": 2})).await;
     assert_eq!(r.results[0].status, Status::Ok, "{:?}", r.results[0].error);
     assert_eq!(r.results[0].output, Some(json!({"sum": 3.0})));
     assert_eq!(second.seen.calls.load(Ordering::SeqCst), 1);

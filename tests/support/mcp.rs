@@ -81,3 +81,27 @@ pub fn unresolved_tool(manifest: serde_json::Value) -> sluice_kernel::registry::
     )
     .expect("test tool compiles")
 }
+
+/// A kernel of tools whose transports it resolves itself.
+pub fn kernel_of(manifests: Vec<serde_json::Value>) -> sluice_kernel::kernel::Kernel {
+    let mut b = sluice_kernel::kernel::Kernel::builder();
+    for m in manifests {
+        b = b.tool(unresolved_tool(m));
+    }
+    b.build().expect("the kernel builds")
+}
+
+/// Runs a batch of one call for tenant `t`.
+pub async fn run_one(
+    k: &sluice_kernel::kernel::Kernel,
+    id: &str,
+    tool: &str,
+    input: serde_json::Value,
+) -> sluice_kernel::batch::BatchResult {
+    let batch = sluice_kernel::batch::Batch::new(
+        "t",
+        vec![sluice_kernel::batch::Call::new(id, tool, input)],
+    )
+    .expect("a one-call batch");
+    k.run(batch).await.expect("the batch runs")
+}

@@ -26,7 +26,7 @@ use crate::batch::{CallError, CallResult, Status};
 use crate::kernel::{BatchShared, KernelInner, OnFailure};
 use crate::plan::PreparedCall;
 use crate::provenance::{self, AccessRecord, CallRecord, EdgeRecord, Record};
-use crate::scheduler::{Inserted, Owner, TenantDomain, Upstream};
+use crate::scheduler::{DomainRef, IndexPanicked, Inserted, Owner, Upstream};
 use crate::tool::{ToolContext, ToolError};
 
 /// Everything one call's stages share.
@@ -122,8 +122,24 @@ pub(crate) fn submit(
         spawn_finish(job, outcome, None, Vec::new(), span.clone());
         return;
     }
-    // 2. authorize.
-    let auth = authorize(&job);
+    // 2. authorize. The authorizer is the embedder's code: a panic refuses this call alone.
+    let auth = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| authorize(&job))) {
+        Ok(auth) => auth,
+        Err(payload) => {
+            let outcome = Outcome::fail(
+                Status::Error,
+                "internal",
+                format!(
+                    "call `{}` ({}): the authorizer panicked, so the call does not run: {}",
+                    job.prepared.call.id,
+                    job.prepared.call.tool,
+                    crate::panic_message(payload.as_ref())
+                ),
+            );
+            spawn_finish(job, outcome, None, Vec::new(), span.clone());
+            return;
+        }
+    };
     span.record("decision", auth.decision.as_str());
     job.authorization = Some(auth.clone());
     if auth.decision == Decision::Deny {
@@ -141,20 +157,27 @@ pub(crate) fn submit(
         return;
     }
     // 3. order.
-    let domain = job.kernel.domain(&job.batch.tenant);
+    let domain = job.kernel.domains.get(&job.batch.tenant);
     // Who a call is matters only for edge records: skip it when nothing is recorded.
     let owner = job.kernel.sink.enabled().then(|| Owner {
         batch: job.batch.id.clone(),
         call: Arc::from(job.prepared.call.id.as_str()),
     });
-    let inserted = match domain.lock() {
-        Ok(mut d) => d.insert(owner, &job.prepared.accesses),
-        Err(_) => {
+    let inserted = domain.lock().insert(owner, &job.prepared.accesses);
+    let inserted = match inserted {
+        Ok(inserted) => inserted,
+        Err(IndexPanicked) => {
             let outcome = Outcome::fail(
                 Status::Error,
                 "internal",
-                "the tenant's scheduler state is poisoned by an earlier panic",
+                format!(
+                    "call `{}` ({}): the conflict index failed on its accesses (a defect of \
+                     Sluice); the call does not run, and the tenant's later calls wait for every \
+                     call running now",
+                    job.prepared.call.id, job.prepared.call.tool
+                ),
             );
+            drop(domain);
             spawn_finish(job, outcome, None, Vec::new(), span.clone());
             return;
         }
@@ -221,11 +244,12 @@ fn edge_records(job: &CallJob, inserted: &Inserted) -> Vec<EdgeRecord> {
 /// Stages 4-6 for a call that entered the conflict domain.
 async fn run_ordered(
     mut job: Box<CallJob>,
-    domain: Arc<std::sync::Mutex<TenantDomain>>,
+    domain: DomainRef,
     inserted: Inserted,
     edges: Vec<EdgeRecord>,
 ) {
     let cancel = job.batch.cancel.clone();
+    // Dropping it (the call ends without an answer) abandons the ask.
     let approval = start_approval(&job);
     // 4. wait for the predecessors (a cancelled call still waits before it releases anyone:
     //    release after predecessors).
@@ -235,12 +259,14 @@ async fn run_ordered(
         u = &mut ready => u,
         _ = cancel.cancelled() => {
             let outcome = Outcome::fail(Status::Cancelled, "cancelled", "the batch was cancelled before the call started");
-            let (domain2, position) = (domain.clone(), inserted.position);
+            let position = inserted.position;
             let id = job.prepared.call.id.clone();
-            // Report now; release the successors once the predecessors are done.
+            drop(approval);
+            // Report now; release the successors once the predecessors are done (the domain
+            // keeps this call's place until then: forget only the settled).
             tokio::spawn(async move {
                 let _ = (&mut ready).await;
-                release(&domain2, position, Some(&id));
+                release(&domain, position, Some(&id));
             });
             Box::pin(finish(*job, outcome, None, edges)).await;
             return;
@@ -255,6 +281,7 @@ async fn run_ordered(
             "the batch was cancelled before the call started",
         );
         release(&domain, inserted.position, Some(&job.prepared.call.id));
+        drop((approval, domain));
         Box::pin(finish(*job, outcome, None, edges)).await;
         return;
     }
@@ -271,26 +298,37 @@ async fn run_ordered(
                 "cancelled",
                 "the batch was cancelled while the call waited for approval",
             )),
-            Some(o) => match o {
-                ApprovalOutcome::Approved { by } => {
-                    job.approver = Some(by);
-                    None
-                }
-                ApprovalOutcome::Rejected { by, reason } => {
-                    let asked = job
-                        .authorization
-                        .as_ref()
-                        .map(|a| describe_by(&a.by))
-                        .unwrap_or_default();
-                    let msg = format!(
-                        "call `{}` ({}) asked for approval because of {asked} and was rejected by \
+            Some(Asked::Answer(ApprovalOutcome::Approved { by })) => {
+                job.approver = Some(by);
+                None
+            }
+            Some(Asked::Answer(ApprovalOutcome::Rejected { by, reason })) => {
+                let asked = job
+                    .authorization
+                    .as_ref()
+                    .map(|a| describe_by(&a.by))
+                    .unwrap_or_default();
+                let msg = format!(
+                    "call `{}` ({}) asked for approval because of {asked} and was rejected by \
                      `{by}`: {reason}",
+                    job.prepared.call.id, job.prepared.call.tool
+                );
+                job.approver = Some(by);
+                Some(Outcome::fail(Status::Rejected, "rejected", msg))
+            }
+            // Fail closed: an approver that panics is an approver that did not approve.
+            Some(Asked::Panicked(what)) => {
+                job.approver = Some("approver-panic".into());
+                Some(Outcome::fail(
+                    Status::Rejected,
+                    "internal",
+                    format!(
+                        "call `{}` ({}) asked for approval and the approver panicked, so it is \
+                         rejected: {what}",
                         job.prepared.call.id, job.prepared.call.tool
-                    );
-                    job.approver = Some(by);
-                    Some(Outcome::fail(Status::Rejected, "rejected", msg))
-                }
-            },
+                    ),
+                ))
+            }
         },
     };
     let outcome = match outcome {
@@ -313,20 +351,55 @@ async fn run_ordered(
         .counts_as_failure()
         .then(|| job.prepared.call.id.clone());
     release(&domain, inserted.position, failed.as_deref());
+    drop(domain);
     Box::pin(finish(*job, outcome, None, edges)).await;
 }
 
-fn release(domain: &std::sync::Mutex<TenantDomain>, position: usize, failed: Option<&str>) {
-    if let Ok(mut d) = domain.lock() {
-        d.finish(position, failed);
+fn release(domain: &DomainRef, position: usize, failed: Option<&str>) {
+    domain.lock().finish(position, failed);
+}
+
+/// How an ask ended.
+enum Asked {
+    /// The approver answered (or failed, or timed out: both are rejections).
+    Answer(ApprovalOutcome),
+    /// The approver (or the authorizer remembering its approval) panicked.
+    Panicked(String),
+}
+
+/// The ask in flight. Dropping it — the call was cancelled while it waited — aborts the ask:
+/// the approver's future is dropped and nothing of the ask is remembered.
+type Ask = std::pin::Pin<Box<dyn std::future::Future<Output = Asked> + Send>>;
+
+/// Aborts a task when dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Takes a first-use ask out of the kernel's table when the ask that made it ends, however it
+/// ends (answered, panicked, aborted), so that an idle tenant leaves nothing behind.
+struct FirstUseEntry {
+    kernel: Arc<KernelInner>,
+    key: (String, String),
+    cell: Arc<OnceCell<ApprovalOutcome>>,
+}
+
+impl Drop for FirstUseEntry {
+    fn drop(&mut self) {
+        let cell = &self.cell;
+        self.kernel
+            .first_use
+            .remove_if(&self.key, |_, c| Arc::ptr_eq(c, cell));
     }
 }
 
 /// Starts asking at once (a call waiting for approval blocks only its dependents); concurrent
 /// first uses of one tool by one tenant share one ask.
-fn start_approval(
-    job: &CallJob,
-) -> Option<std::pin::Pin<Box<dyn std::future::Future<Output = ApprovalOutcome> + Send>>> {
+fn start_approval(job: &CallJob) -> Option<Ask> {
     let auth = job.authorization.clone()?;
     if auth.decision != Decision::Ask {
         return None;
@@ -367,29 +440,33 @@ fn start_approval(
             .entry(key.clone())
             .or_insert_with(|| Arc::new(OnceCell::new()))
             .clone();
-        let (tenant, tool) = key.clone();
-        let outcome = cell
+        // The next first use after a rejection asks again; after an approval the authorizer
+        // remembers it.
+        let entry = FirstUseEntry {
+            kernel: kernel.clone(),
+            key,
+            cell,
+        };
+        let (tenant, tool) = &entry.key;
+        entry
+            .cell
             .get_or_init(|| async {
                 let o = ask(request).await;
                 if matches!(o, ApprovalOutcome::Approved { .. }) {
-                    kernel.authorizer.remember_approval(&tenant, &tool);
+                    kernel.authorizer.remember_approval(tenant, tool);
                 }
                 o
             })
             .await
-            .clone();
-        // The next first use after a rejection asks again; after an approval the authorizer
-        // remembers it.
-        kernel
-            .first_use
-            .remove_if(&key, |_, c| Arc::ptr_eq(c, &cell));
-        outcome
+            .clone()
     });
     Some(Box::pin(async move {
-        task.await.unwrap_or(ApprovalOutcome::Rejected {
-            by: "approver-error".into(),
-            reason: "the approval task failed".into(),
-        })
+        let mut task = AbortOnDrop(task);
+        match (&mut task.0).await {
+            Ok(o) => Asked::Answer(o),
+            Err(e) if e.is_panic() => Asked::Panicked(crate::panic_message(&*e.into_panic())),
+            Err(_) => Asked::Panicked("the approval task was stopped".into()),
+        }
     }))
 }
 
@@ -458,7 +535,10 @@ async fn invoke(job: &mut CallJob, batch_cancel: &CancellationToken) -> Outcome 
             None => std::future::pending().await,
         }
     };
+    // Biased, so that a schedule replays: at one instant, an output that is ready wins over the
+    // deadline and the cancellation.
     let joined = tokio::select! {
+        biased;
         r = run => Some(r),
         _ = sleep => None,
         _ = batch_cancel.cancelled() => {

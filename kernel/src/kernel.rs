@@ -48,7 +48,7 @@ use crate::mcp::{McpOptions, McpSessions};
 use crate::plan::{Plan, PreparedCall};
 use crate::provenance::{BatchRecord, NoProvenance, ProvenanceSink, Record};
 use crate::registry::{Tool, ToolRegistry};
-use crate::scheduler::{ReadyQueue, TenantDomain};
+use crate::scheduler::{Domains, ReadyQueue};
 use crate::transport::{SpecSynthesizer, Synthesizers};
 
 /// What happens to the dependents of a call that fails (error, timeout, panic).
@@ -108,22 +108,13 @@ pub(crate) struct KernelInner {
     pub(crate) options: KernelOptions,
     pub(crate) provisions: Arc<Provisions>,
     pub(crate) ready: Arc<ReadyQueue>,
-    domains: DashMap<String, Arc<Mutex<TenantDomain>>>,
+    pub(crate) domains: Arc<Domains>,
     /// In-flight first-use asks, per (tenant, tool).
     pub(crate) first_use: DashMap<(String, String), Arc<OnceCell<ApprovalOutcome>>>,
     seq: AtomicU64,
     batches: AtomicU64,
     #[cfg(feature = "mcp")]
     mcp: McpSessions,
-}
-
-impl KernelInner {
-    pub(crate) fn domain(&self, tenant: &str) -> Arc<Mutex<TenantDomain>> {
-        if let Some(d) = self.domains.get(tenant) {
-            return d.clone();
-        }
-        self.domains.entry(tenant.to_owned()).or_default().clone()
-    }
 }
 
 /// Builds a [`Kernel`]. Every setting has a default:
@@ -345,7 +336,7 @@ impl KernelBuilder {
                 options: self.options,
                 provisions: Arc::new(self.provisions),
                 ready,
-                domains: DashMap::new(),
+                domains: Arc::default(),
                 first_use: DashMap::new(),
                 seq: AtomicU64::new(0),
                 batches: AtomicU64::new(0),
@@ -502,13 +493,21 @@ impl Kernel {
     /// For a tenant: (calls not finished, calls its conflict index still remembers). Memory is
     /// bounded by these; both return to 0 when the tenant is idle.
     pub fn tenant_load(&self, tenant: &str) -> (usize, usize) {
-        match self.inner.domains.get(tenant) {
-            Some(d) => d
-                .lock()
-                .map(|d| (d.live(), d.remembered()))
-                .unwrap_or((0, 0)),
-            None => (0, 0),
-        }
+        self.inner.domains.load(tenant)
+    }
+
+    /// How many tenants the kernel holds state for: a conflict domain (a call not finished, or a
+    /// batch not ended) or a first-use approval being asked. An idle tenant costs nothing: this
+    /// returns to 0 when every tenant is idle.
+    pub fn tenants_held(&self) -> usize {
+        let asking = self
+            .inner
+            .first_use
+            .iter()
+            .map(|e| e.key().0.clone())
+            .filter(|t| !self.inner.domains.contains(t))
+            .collect::<std::collections::HashSet<_>>();
+        self.inner.domains.len() + asking.len()
     }
 }
 
@@ -602,8 +601,11 @@ impl BatchShared {
         if let Err(why) = kernel.sink.record(Record::Batch(record)).await {
             tracing::error!(error = %why, "the provenance sink refused a batch record");
         }
-        if let Ok(mut d) = kernel.domain(&self.tenant).lock() {
-            d.batch_ended(&positions);
+        if !positions.is_empty() {
+            // A domain that holds positions cannot have been evicted: they are not settled yet.
+            if let Some(domain) = kernel.domains.existing(&self.tenant) {
+                domain.lock().batch_ended(&positions);
+            }
         }
         if let Ok(mut st) = self.state.lock() {
             st.sender = None; // ends the completion stream
@@ -705,7 +707,10 @@ impl BatchHandle {
         };
         if let Some(positions) = ended {
             let (shared, kernel) = (self.shared.clone(), self.kernel.clone());
-            tokio::spawn(async move { shared.end(positions, &kernel).await });
+            // A handle dropped after its runtime shut down has nothing left to end on.
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move { shared.end(positions, &kernel).await });
+            }
         }
     }
 
@@ -720,8 +725,10 @@ impl BatchHandle {
         self.shared.cancel.clone()
     }
 
-    /// Lets the batch run on after the handle is dropped.
+    /// Lets the batch run on after the handle is dropped. No call can be added any more, so the
+    /// batch is closed: it ends when its calls have.
     pub fn detach(mut self) {
+        self.close();
         self.detached = true;
     }
 
@@ -788,6 +795,8 @@ impl futures::Stream for BatchHandle {
 }
 
 impl Drop for BatchHandle {
+    /// Cancels a batch that has not ended, and closes it: no call can come any more, so it ends
+    /// (and its tenant's domain may forget it) once its calls have.
     fn drop(&mut self) {
         if self.detached {
             return;
@@ -795,6 +804,50 @@ impl Drop for BatchHandle {
         let done = self.shared.state.lock().map(|s| s.done).unwrap_or(true);
         if !done {
             self.shared.cancel.cancel();
+            self.close();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::Status;
+    use serde_json::json;
+
+    /// A panic inside the conflict index, with the tenant's domain locked: the call concerned
+    /// fails `internal`, the lock is not poisoned, and the tenant's next batches run in order.
+    #[tokio::test]
+    async fn a_panic_under_the_domain_lock_fails_the_call_and_leaves_the_tenant_usable() {
+        let kv = crate::builtin::KvStore::new();
+        let tools = crate::builtin::registry(crate::builtin::BuiltinConfig {
+            root: std::env::temp_dir(),
+            kv: kv.clone(),
+        })
+        .unwrap();
+        let kernel = Kernel::builder().tools(tools).build().unwrap();
+        let put =
+            |id: &str, v: i64| Call::new(id, "sluice.kv.put", json!({"key": "k", "value": v}));
+        let incr = |id: &str| Call::new(id, "sluice.kv.incr", json!({"key": "k", "delay_ms": 5}));
+
+        let tenant: Arc<str> = Arc::from("t");
+        let domain = kernel.inner.domains.get(&tenant);
+        domain.lock().panic_next_insert = true;
+        let r = kernel
+            .run(Batch::new("t", vec![put("p", 1)]).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(r.results[0].status, Status::Error);
+        assert_eq!(r.results[0].error.as_ref().unwrap().code, "internal");
+        drop(domain);
+
+        let r = kernel
+            .run(Batch::new("t", vec![put("a", 1), incr("b"), incr("c")]).unwrap())
+            .await
+            .unwrap();
+        assert!(r.results.iter().all(|r| r.status == Status::Ok), "{r:?}");
+        assert_eq!(r.results[2].output.as_ref().unwrap()["value"], 3);
+        assert_eq!(kernel.tenant_load("t"), (0, 0));
+        assert_eq!(kernel.tenants_held(), 0);
     }
 }

@@ -62,3 +62,12 @@ pub mod transport;
 pub mod validate;
 
 pub use error::{Error, Result};
+
+/// The text of a caught panic's payload (`"a panic"` when it is neither `&str` nor `String`).
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
+}

@@ -24,6 +24,9 @@ pub enum Rejection {
     InvalidInput(Diagnostic),
     /// The model's output for this call was malformed (see [`Call::defect`]).
     Malformed(String),
+    /// Preparing the call panicked (a resource normalizer or the schema check): a defect of the
+    /// embedder's code or of Sluice, not of the call. The message says where.
+    Internal(String),
 }
 
 impl Rejection {
@@ -32,6 +35,7 @@ impl Rejection {
         match self {
             Rejection::UnknownTool => "unknown-tool",
             Rejection::InvalidInput(_) | Rejection::Malformed(_) => "invalid-input",
+            Rejection::Internal(_) => "internal",
         }
     }
 
@@ -46,6 +50,7 @@ impl Rejection {
                 call.id, call.tool, d.pointer, d.message
             ),
             Rejection::Malformed(why) => format!("call `{}` ({}): {why}", call.id, call.tool),
+            Rejection::Internal(why) => format!("call `{}` ({}): {why}", call.id, call.tool),
         }
     }
 }
@@ -82,20 +87,28 @@ impl PreparedCall {
                 rejection: Some(Rejection::UnknownTool),
             };
         };
-        if let Err(d) = tool.check_input(&call.input) {
-            return PreparedCall {
-                call,
-                tool: Some(tool),
-                accesses: Vec::new(),
-                rejection: Some(Rejection::InvalidInput(d)),
-            };
-        }
-        let accesses = tool.accesses(&call.input, normalizers);
+        // A panic here (a normalizer is the embedder's code) refuses this call alone; the
+        // submitter, and every call already accepted, carry on.
+        let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            tool.check_input(&call.input)
+                .map(|()| tool.accesses(&call.input, normalizers))
+        }));
+        let (accesses, rejection) = match checked {
+            Ok(Ok(accesses)) => (accesses, None),
+            Ok(Err(d)) => (Vec::new(), Some(Rejection::InvalidInput(d))),
+            Err(payload) => (
+                Vec::new(),
+                Some(Rejection::Internal(format!(
+                    "computing its accesses panicked (a resource normalizer?): {}",
+                    crate::panic_message(payload.as_ref())
+                ))),
+            ),
+        };
         PreparedCall {
             call,
             tool: Some(tool),
             accesses,
-            rejection: None,
+            rejection,
         }
     }
 

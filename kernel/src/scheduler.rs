@@ -11,8 +11,10 @@
 //!   ordered against each other; tenants never wait on each other), and a *slot* per call that has
 //!   not finished: how many predecessors it still waits for, and who waits for it. Finishing a
 //!   call decrements its successors; a successor whose count reaches zero is signalled at once.
-//!   Finished calls are forgotten by the index once their batch has ended (so edges inside a batch
-//!   are always recorded), which keeps memory bounded by the calls alive.
+//!   A call is forgotten by the index only once it has released its successors *and* its batch
+//!   has ended (invariant **forget only the settled**, on [`TenantDomain`]'s `entries`), which
+//!   keeps memory bounded by the calls alive; an idle domain holds nothing and leaves the
+//!   kernel's map.
 //! - A [`ReadyQueue`]: calls whose predecessors are done wait here for a permit under the global
 //!   cap and the per-tool caps, highest priority first, then in submission order.
 //!
@@ -23,8 +25,9 @@
 
 use std::collections::BinaryHeap;
 
+use dashmap::DashMap;
 use hashbrown::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::oneshot;
 
@@ -38,13 +41,24 @@ pub(crate) struct Upstream {
     pub(crate) failed: Option<String>,
 }
 
-/// A call that has not finished.
+/// A call that has not released its successors yet.
 #[derive(Debug)]
 struct Slot {
     pending: usize,
     successors: Vec<usize>,
     ready: Option<oneshot::Sender<Upstream>>,
     failed_upstream: Option<String>,
+}
+
+/// What the domain knows of one position the index may still name.
+#[derive(Debug)]
+struct Entry {
+    /// Who it is, for edge records (`None` when nothing is recorded).
+    owner: Option<Owner>,
+    /// `Some` until the call releases its successors.
+    slot: Option<Slot>,
+    /// Whether the call's batch has ended (no more edges inside it will be asked for).
+    batch_ended: bool,
 }
 
 /// Who a position in the domain is.
@@ -68,6 +82,11 @@ pub(crate) struct Inserted {
     pub(crate) edges: Vec<FoundEdge>,
     pub(crate) ready: Ready,
 }
+
+/// The conflict index panicked while inserting a call: a defect of Sluice, not of the call. The
+/// call is refused (`internal`) and the domain is still usable (see [`TenantDomain::insert`]).
+#[derive(Debug)]
+pub(crate) struct IndexPanicked;
 
 /// Resolves when a call's predecessors are done (at once when it has none).
 #[derive(Debug)]
@@ -102,71 +121,148 @@ impl std::future::Future for Ready {
     }
 }
 
+/// How many forgettable positions may pile up beyond the live calls before a sweep: the sweep
+/// costs O(index), so it runs once per this many finished calls (amortized O(1) per call).
+const SWEEP_SLACK: usize = 64;
+
 /// One tenant's conflict domain (see the module docs).
 #[derive(Debug, Default)]
 pub(crate) struct TenantDomain {
     index: ConflictIndex,
     next: usize,
-    slots: HashMap<usize, Slot>,
-    /// Every position the index may still name, with who it is when edges are recorded.
-    owners: HashMap<usize, Option<Owner>>,
-    /// Finished calls whose batch has ended: the index may forget them.
+    /// Every position the index may still name.
+    ///
+    /// Invariant (**forget only the settled**): a position leaves `entries` (and the index
+    /// forgets it) only once its call has released its successors (`slot` is `None`) *and* its
+    /// batch has ended. Forgetting an unreleased call would drop the only link from a resource to
+    /// the calls still ahead of it (a cancelled call reports at once but keeps its place until
+    /// its predecessors finish); forgetting a call of a live batch would lose the edges its batch
+    /// may still record.
+    entries: HashMap<usize, Entry>,
+    /// Positions with a slot (calls that have not released).
+    live: usize,
+    /// Positions that satisfy **forget only the settled** and are not yet swept.
     forgettable: Vec<usize>,
+    /// After the index panicked: the calls that were live then. The index was rebuilt empty, so
+    /// it no longer knows them; every call inserted since waits for those still live (more
+    /// waiting than needed, never less).
+    barrier: Vec<usize>,
     scratch: Vec<Edge>,
+    /// Test hook: the next index insert panics.
+    #[cfg(test)]
+    pub(crate) panic_next_insert: bool,
 }
 
 impl TenantDomain {
     /// Inserts a call; its ready signal fires at once when it waits for nobody.
-    pub(crate) fn insert(&mut self, owner: Option<Owner>, accesses: &[Access]) -> Inserted {
+    ///
+    /// A panic inside the conflict index is caught here, with the domain's lock still held (so
+    /// it is not poisoned): the call is refused, the index is rebuilt empty, and every call live
+    /// at that moment becomes a barrier that later calls wait for.
+    pub(crate) fn insert(
+        &mut self,
+        owner: Option<Owner>,
+        accesses: &[Access],
+    ) -> Result<Inserted, IndexPanicked> {
         let position = self.next;
         self.next += 1;
         self.scratch.clear();
-        self.index.insert(position, accesses, &mut self.scratch);
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            #[cfg(test)]
+            if std::mem::take(&mut self.panic_next_insert) {
+                panic!("injected: the conflict index panicked");
+            }
+            self.index.insert(position, accesses, &mut self.scratch);
+        }));
+        if caught.is_err() {
+            self.quarantine();
+            return Err(IndexPanicked);
+        }
         let mut pending = 0;
         let mut edges = Vec::new();
         for e in self.scratch.drain(..) {
-            if let Some(pred) = self.slots.get_mut(&e.from) {
-                pred.successors.push(position);
+            let Some(pred) = self.entries.get_mut(&e.from) else {
+                continue;
+            };
+            if let Some(slot) = &mut pred.slot {
+                slot.successors.push(position);
                 pending += 1;
             }
-            if let Some(Some(from)) = self.owners.get(&e.from) {
+            if let Some(from) = &pred.owner {
                 edges.push(FoundEdge {
                     from: from.clone(),
                     edge: e,
                 });
             }
         }
-        self.owners.insert(position, owner);
+        if !self.barrier.is_empty() {
+            let entries = &mut self.entries;
+            self.barrier
+                .retain(|p| entries.get(p).is_some_and(|e| e.slot.is_some()));
+            for p in &self.barrier {
+                if let Some(slot) = entries.get_mut(p).and_then(|e| e.slot.as_mut()) {
+                    if slot.successors.last() != Some(&position) {
+                        slot.successors.push(position);
+                        pending += 1;
+                    }
+                }
+            }
+        }
         let (ready, rx) = if pending == 0 {
             (None, Ready::Now)
         } else {
             let (tx, rx) = oneshot::channel();
             (Some(tx), Ready::Later(rx))
         };
-        self.slots.insert(
+        self.entries.insert(
             position,
-            Slot {
-                pending,
-                successors: Vec::new(),
-                ready,
-                failed_upstream: None,
+            Entry {
+                owner,
+                slot: Some(Slot {
+                    pending,
+                    successors: Vec::new(),
+                    ready,
+                    failed_upstream: None,
+                }),
+                batch_ended: false,
             },
         );
-        Inserted {
+        self.live += 1;
+        Ok(Inserted {
             position,
             edges,
             ready: rx,
-        }
+        })
     }
 
-    /// A call has finished: its successors wait for one fewer call. `failed` names the call when
-    /// its dependents should count it as failed (for `skip-dependents`).
-    pub(crate) fn finish(&mut self, position: usize, failed: Option<&str>) {
-        let Some(slot) = self.slots.remove(&position) else {
-            return;
+    /// After a panic in the index: start a fresh index; the calls live now become the barrier.
+    fn quarantine(&mut self) {
+        self.index = ConflictIndex::new();
+        self.scratch.clear();
+        self.forgettable.clear();
+        // Positions that have released are no longer named by anyone; the live ones stay until
+        // they release and their batch ends.
+        self.entries.retain(|_, e| e.slot.is_some());
+        self.barrier = self.entries.keys().copied().collect();
+        self.barrier.sort_unstable();
+    }
+
+    /// A call releases its successors: they wait for one fewer call. `failed` names the call
+    /// when its dependents should count it as failed (for `skip-dependents`). Returns whether the
+    /// domain is now idle (holds nothing).
+    pub(crate) fn finish(&mut self, position: usize, failed: Option<&str>) -> bool {
+        let Some(entry) = self.entries.get_mut(&position) else {
+            return self.is_idle();
         };
+        let Some(slot) = entry.slot.take() else {
+            return self.is_idle();
+        };
+        self.live -= 1;
+        if entry.batch_ended {
+            self.forgettable.push(position);
+        }
         for s in slot.successors {
-            let Some(succ) = self.slots.get_mut(&s) else {
+            let Some(succ) = self.entries.get_mut(&s).and_then(|e| e.slot.as_mut()) else {
                 continue;
             };
             if succ.failed_upstream.is_none() {
@@ -181,35 +277,163 @@ impl TenantDomain {
                 }
             }
         }
+        self.settle()
     }
 
-    /// A batch has ended: the index may forget its calls. Sweeps when enough have piled up that
-    /// the sweep's cost is paid for (amortized O(1) per call).
-    pub(crate) fn batch_ended(&mut self, positions: &[usize]) {
-        self.forgettable.extend_from_slice(positions);
-        if self.slots.is_empty() && self.forgettable.len() == self.owners.len() {
-            // Idle: nothing is live and every remembered call may be forgotten.
+    /// A batch has ended: its calls may be forgotten once each has released. Returns whether the
+    /// domain is now idle.
+    pub(crate) fn batch_ended(&mut self, positions: &[usize]) -> bool {
+        for p in positions {
+            if let Some(e) = self.entries.get_mut(p) {
+                if !e.batch_ended {
+                    e.batch_ended = true;
+                    if e.slot.is_none() {
+                        self.forgettable.push(*p);
+                    }
+                }
+            }
+        }
+        self.settle()
+    }
+
+    /// Forgets what may be forgotten: everything at once when nothing else is remembered, else
+    /// in a sweep once enough has piled up. Returns whether the domain is idle.
+    fn settle(&mut self) -> bool {
+        if self.live == 0 && self.forgettable.len() == self.entries.len() {
+            // Idle: every remembered position is settled.
             self.forgettable.clear();
-            self.owners.clear();
+            self.entries.clear();
+            self.barrier.clear();
             self.index = ConflictIndex::new();
-        } else if self.forgettable.len() > self.slots.len() + 64 {
+        } else if self.forgettable.len() > self.live + SWEEP_SLACK {
             let gone: hashbrown::HashSet<usize> = self.forgettable.drain(..).collect();
             for p in &gone {
-                self.owners.remove(p);
+                self.entries.remove(p);
             }
             self.index.forget(|p| gone.contains(&p));
         }
+        self.is_idle()
     }
 
-    /// Calls not yet finished.
+    /// Whether the domain holds no state: no call live or remembered.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.entries.is_empty() && self.index.is_empty()
+    }
+
+    /// Calls that have not released their successors.
     pub(crate) fn live(&self) -> usize {
-        self.slots.len()
+        self.live
     }
 
-    /// Positions the index still names (live calls and finished calls of live batches).
+    /// Positions the index may still name (live calls, and finished calls not yet forgotten).
     pub(crate) fn remembered(&self) -> usize {
-        self.owners.len()
+        self.entries.len()
     }
+}
+
+/// The tenants' conflict domains: one for each tenant with state, none for an idle tenant.
+///
+/// A domain is reached only through a [`DomainRef`]. Dropping a ref removes the domain from the
+/// map when the domain is idle and nobody else holds it: the check runs under the map's shard
+/// lock, where no one can take a new ref, so a tenant never has two domains at once (two would
+/// let conflicting calls of one tenant overlap).
+#[derive(Debug, Default)]
+pub(crate) struct Domains {
+    map: DashMap<Arc<str>, Arc<Mutex<TenantDomain>>>,
+}
+
+/// A handle on one tenant's domain (see [`Domains`]).
+#[derive(Debug)]
+pub(crate) struct DomainRef {
+    domains: Arc<Domains>,
+    tenant: Arc<str>,
+    domain: Option<Arc<Mutex<TenantDomain>>>,
+}
+
+impl Domains {
+    /// The tenant's domain, made when it has none.
+    pub(crate) fn get(self: &Arc<Self>, tenant: &Arc<str>) -> DomainRef {
+        let domain = match self.map.get(&**tenant) {
+            Some(d) => d.clone(),
+            None => self.map.entry(tenant.clone()).or_default().clone(),
+        };
+        DomainRef {
+            domains: self.clone(),
+            tenant: tenant.clone(),
+            domain: Some(domain),
+        }
+    }
+
+    /// The tenant's domain if it has one.
+    pub(crate) fn existing(self: &Arc<Self>, tenant: &Arc<str>) -> Option<DomainRef> {
+        let domain = self.map.get(&**tenant)?.clone();
+        Some(DomainRef {
+            domains: self.clone(),
+            tenant: tenant.clone(),
+            domain: Some(domain),
+        })
+    }
+
+    /// (calls not released, positions remembered) for a tenant; (0, 0) without a domain.
+    pub(crate) fn load(&self, tenant: &str) -> (usize, usize) {
+        self.map.get(tenant).map_or((0, 0), |d| {
+            let d = lock(&d);
+            (d.live(), d.remembered())
+        })
+    }
+
+    /// Whether the tenant has a domain.
+    pub(crate) fn contains(&self, tenant: &str) -> bool {
+        self.map.contains_key(tenant)
+    }
+
+    /// How many tenants have a domain.
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    fn evict_if_idle(&self, tenant: &str) {
+        let evictable =
+            |d: &Arc<Mutex<TenantDomain>>| Arc::strong_count(d) == 1 && lock(d).is_idle();
+        // Look under the read lock first: most drops find the domain busy.
+        if self.map.get(tenant).is_some_and(|d| evictable(&d)) {
+            self.map.remove_if(tenant, |_, d| evictable(d));
+        }
+    }
+}
+
+impl DomainRef {
+    /// The domain, locked. Every update of a domain leaves it consistent and a panic inside the
+    /// conflict index is caught under the lock, so a poisoned lock is recovered, never fatal.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, TenantDomain> {
+        match &self.domain {
+            Some(d) => lock(d),
+            // Only `drop` takes the domain out.
+            None => unreachable!("a DomainRef holds its domain until it is dropped"),
+        }
+    }
+}
+
+impl Clone for DomainRef {
+    fn clone(&self) -> Self {
+        DomainRef {
+            domains: self.domains.clone(),
+            tenant: self.tenant.clone(),
+            domain: self.domain.clone(),
+        }
+    }
+}
+
+impl Drop for DomainRef {
+    fn drop(&mut self) {
+        // Let go first, then look: the last holder to let go sees the count at one.
+        drop(self.domain.take());
+        self.domains.evict_if_idle(&self.tenant);
+    }
+}
+
+fn lock(d: &Mutex<TenantDomain>) -> MutexGuard<'_, TenantDomain> {
+    d.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A call waiting for a permit.
@@ -300,7 +524,8 @@ impl ReadyQueue {
         }
         let tool: Arc<str> = Arc::from(tool);
         let (tx, rx) = oneshot::channel();
-        if let Ok(mut st) = self.state.lock() {
+        {
+            let mut st = self.lock();
             st.waiting.push(Waiting {
                 priority,
                 seq,
@@ -310,7 +535,8 @@ impl ReadyQueue {
             self.pump(&mut st);
         }
         // The permit travels through the channel: if this future is dropped after the grant,
-        // the channel drops the permit, which releases it.
+        // the channel drops the permit, which releases it. The sender lives in the heap until it
+        // is granted, so the channel cannot close without a permit.
         rx.await.unwrap_or(Permit {
             queue: None,
             tool: None,
@@ -318,13 +544,21 @@ impl ReadyQueue {
     }
 
     fn release(self: &Arc<Self>, tool: &Arc<str>) {
-        if let Ok(mut st) = self.state.lock() {
-            st.running = st.running.saturating_sub(1);
-            if let Some(n) = st.per_tool.get_mut(tool) {
-                *n = n.saturating_sub(1);
-            }
-            self.pump(&mut st);
+        let mut st = self.lock();
+        st.running = st.running.saturating_sub(1);
+        if let Some(n) = st.per_tool.get_mut(tool) {
+            *n = n.saturating_sub(1);
         }
+        self.pump(&mut st);
+    }
+
+    /// The queue's state. Nothing that runs under this lock calls out of the scheduler, and each
+    /// update leaves the counts consistent, so a poisoned lock (a panic elsewhere on the same
+    /// thread) is recovered rather than letting every later permit wait forever.
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Grants permits to waiting calls while the caps allow, in heap order; a call whose tool is
@@ -353,5 +587,124 @@ impl ReadyQueue {
             }
         }
         st.waiting.extend(blocked);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::EffectKind;
+    use crate::pattern::Pattern;
+
+    fn w(r: &str) -> Vec<Access> {
+        vec![Access::new(EffectKind::Writes, Pattern::parse(r).unwrap())]
+    }
+
+    fn waits(i: &Inserted) -> bool {
+        matches!(i.ready, Ready::Later(_))
+    }
+
+    #[test]
+    fn a_released_call_of_a_live_batch_and_an_unreleased_call_of_an_ended_batch_are_both_kept() {
+        let mut d = TenantDomain::default();
+        let a = d.insert(None, &w("kv:r")).unwrap(); // batch 1, running
+        let c = d.insert(None, &w("kv:r")).unwrap(); // batch 2, waits for a
+        assert!(waits(&c));
+        // Batch 2 also ran 70 quick calls, then ended (c was reported cancelled at once).
+        let quick: Vec<usize> = (0..70)
+            .map(|i| d.insert(None, &w(&format!("kv:q{i}"))).unwrap().position)
+            .collect();
+        for q in &quick {
+            d.finish(*q, None);
+        }
+        let mut ended = quick.clone();
+        ended.push(c.position);
+        d.batch_ended(&ended);
+        assert_eq!(
+            d.remembered(),
+            2,
+            "the sweep forgot the settled, kept a and c"
+        );
+        // Batch 3: d must wait for c (and so for a), not start beside a.
+        let d3 = d.insert(None, &w("kv:r")).unwrap();
+        assert!(waits(&d3), "c kept its place although its batch ended");
+        assert!(!d.finish(a.position, None));
+        assert!(!d.finish(c.position, Some("c")));
+        d.finish(d3.position, None);
+        assert!(d.batch_ended(&[a.position, d3.position]), "idle at the end");
+        assert_eq!((d.live(), d.remembered()), (0, 0));
+    }
+
+    #[test]
+    fn the_domain_is_idle_when_the_last_release_comes_after_the_batch_ended() {
+        let mut d = TenantDomain::default();
+        let a = d.insert(None, &w("kv:r")).unwrap();
+        let c = d.insert(None, &w("kv:r")).unwrap();
+        assert!(!d.batch_ended(&[c.position]));
+        assert!(!d.finish(a.position, None));
+        assert!(!d.batch_ended(&[a.position]));
+        // The last event is c's (deferred) release: the domain must still empty itself.
+        assert!(d.finish(c.position, None));
+        assert!(d.is_idle());
+    }
+
+    #[test]
+    fn a_panic_in_the_index_refuses_the_call_and_later_calls_wait_for_every_live_call() {
+        let mut d = TenantDomain::default();
+        let a = d.insert(None, &w("kv:a")).unwrap();
+        d.panic_next_insert = true;
+        assert!(d.insert(None, &w("kv:x")).is_err());
+        // The index was rebuilt: it no longer knows a, so b (even of another resource) waits
+        // for a through the barrier: more waiting than needed, never less.
+        let b = d.insert(None, &w("kv:b")).unwrap();
+        assert!(waits(&b));
+        let a2 = d.insert(None, &w("kv:a")).unwrap();
+        assert!(waits(&a2));
+        d.finish(a.position, None);
+        let mut ready = b.ready;
+        assert!(ready_now(&mut ready).is_some(), "b is released by a");
+        // Once a has gone, the barrier is gone: a fresh call of another resource waits for nobody.
+        let c = d.insert(None, &w("kv:c")).unwrap();
+        assert!(!waits(&c));
+        d.finish(b.position, None);
+        d.finish(a2.position, None);
+        d.finish(c.position, None);
+        assert!(d.batch_ended(&[a.position, b.position, a2.position, c.position]));
+    }
+
+    fn ready_now(r: &mut Ready) -> Option<Upstream> {
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        match std::future::Future::poll(std::pin::Pin::new(r), &mut cx) {
+            std::task::Poll::Ready(u) => Some(u),
+            std::task::Poll::Pending => None,
+        }
+    }
+
+    #[test]
+    fn an_idle_domain_leaves_the_map_when_its_last_holder_lets_go() {
+        let domains = Arc::new(Domains::default());
+        let t: Arc<str> = Arc::from("t");
+        let first = domains.get(&t);
+        let second = domains.get(&t);
+        let p = first.lock().insert(None, &w("kv:a")).unwrap().position;
+        first.lock().finish(p, None);
+        second.lock().batch_ended(&[p]);
+        drop(first);
+        assert_eq!(domains.len(), 1, "still held by the second ref");
+        drop(second);
+        assert_eq!(domains.len(), 0);
+        // A busy domain stays.
+        let r = domains.get(&t);
+        let busy = r.lock().insert(None, &w("kv:a")).unwrap().position;
+        drop(r);
+        assert_eq!(domains.load("t"), (1, 1));
+        let r = domains
+            .existing(&t)
+            .expect("a busy domain stays in the map");
+        r.lock().finish(busy, None);
+        r.lock().batch_ended(&[busy]);
+        drop(r);
+        assert!(!domains.contains("t"));
     }
 }

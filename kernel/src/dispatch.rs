@@ -119,25 +119,17 @@ pub(crate) fn submit(
     // 1. resolve, validate (done by PreparedCall).
     if let Some(r) = &job.prepared.rejection {
         let outcome = Outcome::fail(Status::Error, r.code(), r.message(&job.prepared.call));
-        spawn_finish(job, outcome, None, Vec::new(), span.clone());
-        return;
+        return refuse(job, outcome, &span);
     }
     // 2. authorize. The authorizer is the embedder's code: a panic refuses this call alone.
     let auth = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| authorize(&job))) {
         Ok(auth) => auth,
         Err(payload) => {
-            let outcome = Outcome::fail(
-                Status::Error,
-                "internal",
-                format!(
-                    "call `{}` ({}): the authorizer panicked, so the call does not run: {}",
-                    job.prepared.call.id,
-                    job.prepared.call.tool,
-                    crate::panic_message(payload.as_ref())
-                ),
+            let why = format!(
+                "the authorizer panicked, so the call does not run: {}",
+                crate::panic_message(payload.as_ref())
             );
-            spawn_finish(job, outcome, None, Vec::new(), span.clone());
-            return;
+            return refuse_internal(job, &why, &span);
         }
     };
     span.record("decision", auth.decision.as_str());
@@ -153,8 +145,7 @@ pub(crate) fn submit(
                 describe_by(&auth.by)
             ),
         );
-        spawn_finish(job, outcome, None, Vec::new(), span.clone());
-        return;
+        return refuse(job, outcome, &span);
     }
     // 3. order.
     let domain = job.kernel.domains.get(&job.batch.tenant);
@@ -167,19 +158,10 @@ pub(crate) fn submit(
     let inserted = match inserted {
         Ok(inserted) => inserted,
         Err(IndexPanicked) => {
-            let outcome = Outcome::fail(
-                Status::Error,
-                "internal",
-                format!(
-                    "call `{}` ({}): the conflict index failed on its accesses (a defect of \
-                     Sluice); the call does not run, and the tenant's later calls wait for every \
-                     call running now",
-                    job.prepared.call.id, job.prepared.call.tool
-                ),
-            );
             drop(domain);
-            spawn_finish(job, outcome, None, Vec::new(), span.clone());
-            return;
+            let why = "the conflict index failed on its accesses (a defect of Sluice); the call \
+                       does not run, and the tenant's later calls wait for every call running now";
+            return refuse_internal(job, why, &span);
         }
     };
     job.batch.note_position(inserted.position);
@@ -189,6 +171,20 @@ pub(crate) fn submit(
     tokio::spawn(
         Box::pin(run_ordered(Box::new(job), domain, inserted, edges)).instrument(task_span),
     );
+}
+
+/// Ends a call that never enters the conflict domain (it changes nothing, so nothing waits).
+fn refuse(job: CallJob, outcome: Outcome, span: &tracing::Span) {
+    spawn_finish(job, outcome, None, Vec::new(), span.clone());
+}
+
+/// Ends a call that could not be judged because something panicked on its way (`internal`).
+fn refuse_internal(job: CallJob, why: &str, span: &tracing::Span) {
+    let message = format!(
+        "call `{}` ({}): {why}",
+        job.prepared.call.id, job.prepared.call.tool
+    );
+    refuse(job, Outcome::fail(Status::Error, "internal", message), span);
 }
 
 fn accesses_text(p: &PreparedCall) -> String {

@@ -248,14 +248,13 @@ impl TenantDomain {
     }
 
     /// A call releases its successors: they wait for one fewer call. `failed` names the call
-    /// when its dependents should count it as failed (for `skip-dependents`). Returns whether the
-    /// domain is now idle (holds nothing).
-    pub(crate) fn finish(&mut self, position: usize, failed: Option<&str>) -> bool {
+    /// when its dependents should count it as failed (for `skip-dependents`).
+    pub(crate) fn finish(&mut self, position: usize, failed: Option<&str>) {
         let Some(entry) = self.entries.get_mut(&position) else {
-            return self.is_idle();
+            return;
         };
         let Some(slot) = entry.slot.take() else {
-            return self.is_idle();
+            return;
         };
         self.live -= 1;
         if entry.batch_ended {
@@ -277,12 +276,11 @@ impl TenantDomain {
                 }
             }
         }
-        self.settle()
+        self.settle();
     }
 
-    /// A batch has ended: its calls may be forgotten once each has released. Returns whether the
-    /// domain is now idle.
-    pub(crate) fn batch_ended(&mut self, positions: &[usize]) -> bool {
+    /// A batch has ended: its calls may be forgotten once each has released.
+    pub(crate) fn batch_ended(&mut self, positions: &[usize]) {
         for p in positions {
             if let Some(e) = self.entries.get_mut(p) {
                 if !e.batch_ended {
@@ -293,12 +291,12 @@ impl TenantDomain {
                 }
             }
         }
-        self.settle()
+        self.settle();
     }
 
     /// Forgets what may be forgotten: everything at once when nothing else is remembered, else
-    /// in a sweep once enough has piled up. Returns whether the domain is idle.
-    fn settle(&mut self) -> bool {
+    /// in a sweep once enough has piled up.
+    fn settle(&mut self) {
         if self.live == 0 && self.forgettable.len() == self.entries.len() {
             // Idle: every remembered position is settled.
             self.forgettable.clear();
@@ -312,12 +310,13 @@ impl TenantDomain {
             }
             self.index.forget(|p| gone.contains(&p));
         }
-        self.is_idle()
     }
 
-    /// Whether the domain holds no state: no call live or remembered.
+    /// Whether the domain holds no state: no call live or remembered. (The index names only
+    /// positions in `entries`: it is emptied with them, and restarted empty by a quarantine.)
     pub(crate) fn is_idle(&self) -> bool {
-        self.entries.is_empty() && self.index.is_empty()
+        debug_assert!(!self.entries.is_empty() || self.index.is_empty());
+        self.entries.is_empty()
     }
 
     /// Calls that have not released their successors.
@@ -628,10 +627,12 @@ mod tests {
         // Batch 3: d must wait for c (and so for a), not start beside a.
         let d3 = d.insert(None, &w("kv:r")).unwrap();
         assert!(waits(&d3), "c kept its place although its batch ended");
-        assert!(!d.finish(a.position, None));
-        assert!(!d.finish(c.position, Some("c")));
+        d.finish(a.position, None);
+        d.finish(c.position, Some("c"));
         d.finish(d3.position, None);
-        assert!(d.batch_ended(&[a.position, d3.position]), "idle at the end");
+        assert!(!d.is_idle());
+        d.batch_ended(&[a.position, d3.position]);
+        assert!(d.is_idle(), "idle at the end");
         assert_eq!((d.live(), d.remembered()), (0, 0));
     }
 
@@ -640,11 +641,12 @@ mod tests {
         let mut d = TenantDomain::default();
         let a = d.insert(None, &w("kv:r")).unwrap();
         let c = d.insert(None, &w("kv:r")).unwrap();
-        assert!(!d.batch_ended(&[c.position]));
-        assert!(!d.finish(a.position, None));
-        assert!(!d.batch_ended(&[a.position]));
+        d.batch_ended(&[c.position]);
+        d.finish(a.position, None);
+        d.batch_ended(&[a.position]);
+        assert!(!d.is_idle());
         // The last event is c's (deferred) release: the domain must still empty itself.
-        assert!(d.finish(c.position, None));
+        d.finish(c.position, None);
         assert!(d.is_idle());
     }
 
@@ -669,7 +671,38 @@ mod tests {
         d.finish(b.position, None);
         d.finish(a2.position, None);
         d.finish(c.position, None);
-        assert!(d.batch_ended(&[a.position, b.position, a2.position, c.position]));
+        d.batch_ended(&[a.position, b.position, a2.position, c.position]);
+        assert!(d.is_idle());
+    }
+
+    #[test]
+    fn a_call_that_finished_in_a_live_batch_still_gives_its_edges() {
+        let owner = |call: &str| {
+            Some(Owner {
+                batch: Arc::from("b"),
+                call: Arc::from(call),
+            })
+        };
+        let mut d = TenantDomain::default();
+        let a = d.insert(owner("a"), &w("kv:r")).unwrap();
+        d.finish(a.position, None);
+        // Nothing is live, but a's batch has not ended: a is remembered, and b's edge names it.
+        assert_eq!((d.live(), d.remembered()), (0, 1));
+        let b = d.insert(owner("b"), &w("kv:r")).unwrap();
+        assert!(!waits(&b), "a has released");
+        let from: Vec<&str> = b.edges.iter().map(|e| &*e.from.call).collect();
+        assert_eq!(from, ["a"]);
+    }
+
+    #[test]
+    fn a_domain_with_only_pure_calls_is_idle_only_once_they_are_settled() {
+        let mut d = TenantDomain::default();
+        let p = d.insert(None, &[]).unwrap();
+        assert!(!d.is_idle(), "a live pure call is state");
+        d.finish(p.position, None);
+        assert!(!d.is_idle(), "its batch has not ended");
+        d.batch_ended(&[p.position]);
+        assert!(d.is_idle());
     }
 
     fn ready_now(r: &mut Ready) -> Option<Upstream> {

@@ -16,25 +16,7 @@ use sluice_kernel::batch::{Batch, Call, Status};
 use sluice_kernel::kernel::{Kernel, OnFailure};
 use sluice_kernel::provenance::Record;
 use sluice_kernel::tool::{handler, ToolContext, ToolError};
-use support::{tool, tool_with};
-
-/// A tool writing `x:{key}` that fails when `input.fail` is true and sleeps `input.ms`.
-fn writer(id: &str) -> sluice_kernel::registry::Tool {
-    tool(
-        id,
-        json!([{"kind": "writes", "resource": "x:{key}"}]),
-        true,
-        handler(|_ctx: ToolContext, input: Value| async move {
-            if let Some(ms) = input["ms"].as_u64() {
-                tokio::time::sleep(Duration::from_millis(ms)).await;
-            }
-            if input["fail"] == true {
-                return Err(ToolError::new("broken", "failed on purpose"));
-            }
-            Ok(json!({"ok": true}))
-        }),
-    )
-}
+use support::{tool, tool_with, writer};
 
 fn call(id: &str, tool: &str, input: Value) -> Call {
     Call::new(id, tool, input)

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use sluice_kernel::access::Normalizers;
 use sluice_kernel::authorize::{
     ApprovalFuture, ApprovalOutcome, ApprovalRequest, Approver, AuthRequest, Authorization,
@@ -16,26 +16,7 @@ use sluice_kernel::authorize::{
 use sluice_kernel::batch::{Batch, Call, Status};
 use sluice_kernel::kernel::Kernel;
 use sluice_kernel::pattern::Pattern;
-use sluice_kernel::tool::{handler, ToolContext};
-use support::tool;
-
-/// A tool writing `x:{key}` that sleeps `input.ms` (on tokio's clock) and may panic.
-fn writer(id: &str) -> sluice_kernel::registry::Tool {
-    tool(
-        id,
-        json!([{"kind": "writes", "resource": "x:{key}"}]),
-        true,
-        handler(|_ctx: ToolContext, input: Value| async move {
-            if let Some(ms) = input["ms"].as_u64() {
-                tokio::time::sleep(Duration::from_millis(ms)).await;
-            }
-            if input["panic"] == true {
-                panic!("the handler panics on purpose");
-            }
-            Ok(json!({"ok": true}))
-        }),
-    )
-}
+use support::writer;
 
 fn call(id: &str, key: &str) -> Call {
     Call::new(id, "t.w", json!({"key": key}))
@@ -223,12 +204,11 @@ async fn a_panicking_approver_rejects_its_call_with_internal_and_the_tenant_goes
         (Status::Rejected, "internal")
     );
     assert_eq!(r.results[0].approver.as_deref(), Some("approver-panic"));
-    assert!(r.results[0]
-        .error
-        .as_ref()
-        .unwrap()
-        .message
-        .contains("panicked"));
+    let message = &r.results[0].error.as_ref().unwrap().message;
+    assert!(
+        message.contains("the approver panicked") && message.contains("panics on purpose"),
+        "the panic's own message reaches the result: {message}"
+    );
     assert_eq!(k.tenants_held(), 0);
 }
 
@@ -302,4 +282,43 @@ async fn a_hundred_thousand_tenants_leave_the_kernels_map_empty() {
     // `run` returns after the batch ended, and its end is the last holder of the domain.
     assert_eq!(k.tenants_held(), 0);
     assert_eq!(k.tenant_load("tenant-7-7"), (0, 0));
+}
+
+/// A refusal names its reason token and says what it is: a rule, the tenant default, or the
+/// tool's human-in-the-loop mode — never one mistaken for another.
+#[tokio::test]
+async fn a_refusal_names_its_reason_and_what_kind_of_reason_it_is() {
+    let authorizer = |req: &AuthRequest<'_>| match req.input["key"].as_str() {
+        Some("m") => Authorization::new(Decision::Ask, "mode:always_ask"),
+        Some("d") => Authorization::new(Decision::Deny, "default"),
+        _ => Authorization::new(Decision::Deny, "no-writes"),
+    };
+    let k = Kernel::builder()
+        .tool(writer("t.w"))
+        .authorizer(authorizer)
+        .build()
+        .unwrap();
+    let r = k
+        .run(Batch::new("t", vec![call("a", "m"), call("b", "r"), call("c", "d")]).unwrap())
+        .await
+        .unwrap();
+    let message = |i: usize| r.results[i].error.as_ref().unwrap().message.clone();
+    assert_eq!(r.results[0].status, Status::Rejected);
+    assert!(
+        message(0).contains("`mode:always_ask` (the tool's human-in-the-loop mode)"),
+        "{}",
+        message(0)
+    );
+    assert_eq!(r.results[1].status, Status::Denied);
+    assert!(
+        message(1).contains("denied by rule `no-writes`"),
+        "{}",
+        message(1)
+    );
+    assert!(!message(1).contains("human-in-the-loop"), "{}", message(1));
+    assert!(
+        message(2).contains("`default` (the tenant's default decision)"),
+        "{}",
+        message(2)
+    );
 }

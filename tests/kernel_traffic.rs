@@ -62,6 +62,8 @@ struct Seen {
     events: u64,
     started: HashMap<String, (Duration, u64)>,
     ended: HashMap<String, (Duration, u64)>,
+    /// Each call's recorded outcome (known for dropped and detached batches too).
+    outcomes: HashMap<String, Status>,
     /// Call records per call id, and batch records per batch id.
     call_records: HashMap<String, usize>,
     batch_records: HashMap<String, usize>,
@@ -275,15 +277,23 @@ fn tools() -> ToolRegistry {
         .clone()
 }
 
-fn kernel(world: &World) -> Kernel {
-    kernel_with(world, Some(DEADLINE))
+/// Concurrency caps for a schedule: the kernel-wide cap, and the cap of `h.put`.
+#[derive(Debug, Clone, Copy)]
+struct Caps {
+    global: usize,
+    put: usize,
 }
 
-fn kernel_with(world: &World, deadline: Option<Duration>) -> Kernel {
+fn kernel_with(world: &World, deadline: Option<Duration>, caps: Option<Caps>) -> Kernel {
     let sink_world = world.clone();
     let mut builder = Kernel::builder();
     if let Some(d) = deadline {
         builder = builder.default_timeout(d);
+    }
+    if let Some(c) = caps {
+        builder = builder
+            .max_concurrency(c.global)
+            .tool_concurrency("h.put", c.put);
     }
     builder
         .tools(tools())
@@ -295,7 +305,10 @@ fn kernel_with(world: &World, deadline: Option<Duration>) -> Kernel {
         .provenance(move |record: Record| {
             let mut s = sink_world.seen();
             match record {
-                Record::Call(c) => *s.call_records.entry(c.call).or_default() += 1,
+                Record::Call(c) => {
+                    s.outcomes.insert(c.call.clone(), c.outcome);
+                    *s.call_records.entry(c.call).or_default() += 1
+                }
                 Record::Batch(b) => *s.batch_records.entry(b.batch).or_default() += 1,
                 Record::Edge(e) => s.edges.push((e.from, e.to)),
             }
@@ -370,6 +383,16 @@ fn pick<'a, T>(rng: &mut Xoshiro256PlusPlus, weighted: &'a [(u32, T)]) -> &'a T 
         at -= w;
     }
     &weighted[weighted.len() - 1].1
+}
+
+/// A quarter of the schedules run under concurrency caps (drawn from their own stream, so that
+/// the batches of a seed do not depend on it).
+fn caps(seed: u64) -> Option<Caps> {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed ^ 0xca95_ca95);
+    rng.random_bool(0.25).then(|| Caps {
+        global: rng.random_range(1..5usize),
+        put: rng.random_range(1..3usize),
+    })
 }
 
 fn schedule(seed: u64) -> Vec<PlannedBatch> {
@@ -527,7 +550,14 @@ async fn drive(kernel: Kernel, world: World, plan: PlannedBatch) {
 // ---------------------------------------------------------------------------------------------
 // The checks.
 
-fn check(seed: u64, plans: &[PlannedBatch], kernel: &Kernel, world: &World) -> Result<(), String> {
+/// Checks a schedule's run. Under caps a call may start later than it could (it waits for a
+/// permit), so the exact-start check becomes "never early, and every call that could run ran".
+fn check(
+    plans: &[PlannedBatch],
+    caps: Option<Caps>,
+    kernel: &Kernel,
+    world: &World,
+) -> Result<(), String> {
     let s = world.seen();
     let norm = normalizers();
     let by_id: HashMap<&str, (&PlannedBatch, &PlannedCall)> = plans
@@ -645,7 +675,11 @@ fn check(seed: u64, plans: &[PlannedBatch], kernel: &Kernel, world: &World) -> R
         let release =
             match (s.started.get(*id), s.ended.get(*id)) {
                 (Some(&(start, _)), Some(&(end, _))) => {
-                    if start != go {
+                    let wrong = match caps {
+                        None => start != go,
+                        Some(_) => start < go,
+                    };
+                    if wrong {
                         return Err(format!(
                         "{id} started at {start:?}, expected exactly {go:?} (ready {ready:?}): {}",
                         if start > go { "a false wait" } else { "an early start" }
@@ -658,24 +692,55 @@ fn check(seed: u64, plans: &[PlannedBatch], kernel: &Kernel, world: &World) -> R
                 }
                 (Some(_), None) => return Err(format!("{id} started and never ended")),
                 (None, _) => {
+                    // It did not run: it lets go when the pipeline says, by how it ended.
                     let approved = matches!(call.input["answer"].as_str(), None | Some("yes"));
-                    match cancelled {
-                        // Cancelled before it could go, or at that very instant (a cancellation
-                        // that releases a running predecessor reaches its batch's waiting calls at
-                        // once).
-                        Some(c) if c <= go => ready.max(c),
-                        _ if !approved || plan.skip_dependents => go,
-                        _ => {
+                    match (s.outcomes.get(*id), cancelled) {
+                        // Cancelled while it waited for its predecessors (it lets go when they
+                        // have), for its approval, or — under caps — for a permit. Without caps it
+                        // can only be cancelled before it could go, or at that very instant.
+                        (Some(Status::Cancelled), Some(c)) if c <= go || caps.is_some() => {
+                            ready.max(c)
+                        }
+                        (Some(Status::Rejected), _) if !approved => go,
+                        (Some(Status::Skipped), _) if plan.skip_dependents => go,
+                        (outcome, _) => {
                             return Err(format!(
-                                "{id} never started, and nothing stopped it (go {go:?}, cancel \
-                             {cancelled:?}, result {:?})",
-                                s.results.get(*id)
+                                "{id} never started, and nothing explains it (outcome \
+                                 {outcome:?}, go {go:?}, cancelled {cancelled:?})"
                             ))
                         }
                     }
                 }
             };
         release_at.push(release);
+    }
+
+    // Under caps: never more calls running at once than the caps allow, counted over the
+    // handlers' own start and end events.
+    if let Some(c) = caps {
+        let mut events: Vec<(u64, i64, bool)> = Vec::new();
+        for (id, (_, at)) in &s.started {
+            let put = by_id
+                .get(id.as_str())
+                .is_some_and(|(_, c)| c.tool == "h.put");
+            events.push((*at, 1, put));
+            if let Some((_, end)) = s.ended.get(id) {
+                events.push((*end, -1, put));
+            }
+        }
+        events.sort_unstable();
+        let (mut running, mut puts) = (0i64, 0i64);
+        for (at, delta, put) in events {
+            running += delta;
+            if put {
+                puts += delta;
+            }
+            if running > c.global as i64 || puts > c.put as i64 {
+                return Err(format!(
+                    "at event {at}, {running} calls ran ({puts} of h.put) under caps {c:?}"
+                ));
+            }
+        }
     }
 
     // Nothing left behind.
@@ -693,33 +758,41 @@ fn check(seed: u64, plans: &[PlannedBatch], kernel: &Kernel, world: &World) -> R
             kernel.tenants_held()
         ));
     }
-    let _ = seed;
     Ok(())
 }
 
-/// Runs the schedule of `seed`; `Err` says which invariant broke.
-fn run_schedule(seed: u64) -> Result<(), String> {
+/// Plays the schedule of `seed` on a paused clock until everything has settled (an hour of
+/// virtual time after the last driver), then hands what happened to `after`.
+fn play<T>(
+    seed: u64,
+    after: impl FnOnce(&[PlannedBatch], Option<Caps>, &Kernel, &World) -> T,
+) -> T {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)
         .build()
         .expect("a paused runtime");
-    let plans = schedule(seed);
+    let (plans, caps) = (schedule(seed), caps(seed));
     rt.block_on(async {
         let world = World::new();
-        let kernel = kernel(&world);
+        let kernel = kernel_with(&world, Some(DEADLINE), caps);
         let drivers: Vec<_> = plans
             .iter()
             .cloned()
             .map(|p| tokio::spawn(drive(kernel.clone(), world.clone(), p)))
             .collect();
         for d in drivers {
-            d.await.map_err(|e| format!("a driver failed: {e}"))?;
+            // A driver only panics on a harness defect (a refused submission).
+            d.await.expect("a driver runs to its end");
         }
-        // Let every dropped, detached or cancelled call settle: an hour of virtual time.
         tokio::time::sleep(Duration::from_secs(3600)).await;
-        check(seed, &plans, &kernel, &world)
+        after(&plans, caps, &kernel, &world)
     })
+}
+
+/// Runs the schedule of `seed`; `Err` says which invariant broke.
+fn run_schedule(seed: u64) -> Result<(), String> {
+    play(seed, check)
 }
 
 fn replay_hint(seed: u64) -> String {
@@ -764,32 +837,20 @@ fn random_schedules_keep_every_invariant() {
 fn a_seed_replays_the_same_schedule() {
     quiet_planned_panics();
     let events = |seed: u64| {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("a paused runtime");
-        let plans = schedule(seed);
-        rt.block_on(async {
-            let world = World::new();
-            let kernel = kernel(&world);
-            let drivers: Vec<_> = plans
-                .iter()
-                .cloned()
-                .map(|p| tokio::spawn(drive(kernel.clone(), world.clone(), p)))
-                .collect();
-            for d in drivers {
-                d.await.expect("a driver runs");
-            }
-            tokio::time::sleep(Duration::from_secs(3600)).await;
+        play(seed, |_, _, _, world| {
             let s = world.seen();
-            let mut starts: BTreeMap<String, Duration> =
+            let mut events: BTreeMap<String, Duration> =
                 s.started.iter().map(|(k, v)| (k.clone(), v.0)).collect();
-            starts.extend(s.ended.iter().map(|(k, v)| (format!("{k}/end"), v.0)));
-            starts
+            events.extend(s.ended.iter().map(|(k, v)| (format!("{k}/end"), v.0)));
+            events
         })
     };
-    for seed in [7, 8, 9] {
+    // Schedules with and without concurrency caps.
+    let capped = (0..)
+        .find(|s| caps(*s).is_some())
+        .expect("some seed has caps");
+    let free: Vec<u64> = (0..).filter(|s| caps(*s).is_none()).take(2).collect();
+    for seed in [free[0], free[1], capped] {
         let first = events(seed);
         assert!(!first.is_empty(), "schedule {seed} ran no handler");
         assert_eq!(first, events(seed), "schedule {seed} did not replay");
@@ -803,7 +864,7 @@ fn a_seed_replays_the_same_schedule() {
 #[tokio::test(start_paused = true)]
 async fn a_cancelled_waiting_write_keeps_its_place_for_the_next_batch() {
     let world = World::new();
-    let kernel = kernel_with(&world, None);
+    let kernel = kernel_with(&world, None, None);
     let put = |id: &str, key: &str, ms: u64| Call::new(id, "h.put", json!({"key": key, "ms": ms}));
 
     let batch1 = kernel

@@ -119,6 +119,30 @@ pub fn tool(
     )
 }
 
+/// A tool writing `x:{key}` for kernel tests: it sleeps `input.ms` (on tokio's clock), panics
+/// when `input.panic` is true and fails (`broken`) when `input.fail` is true.
+pub fn writer(id: &str) -> sluice_kernel::registry::Tool {
+    use serde_json::{json, Value};
+    use sluice_kernel::tool::{handler, ToolContext, ToolError};
+    tool(
+        id,
+        json!([{"kind": "writes", "resource": "x:{key}"}]),
+        true,
+        handler(|_ctx: ToolContext, input: Value| async move {
+            if let Some(ms) = input["ms"].as_u64() {
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            }
+            if input["panic"] == true {
+                panic!("the handler panics on purpose");
+            }
+            if input["fail"] == true {
+                return Err(ToolError::new("broken", "failed on purpose"));
+            }
+            Ok(json!({"ok": true}))
+        }),
+    )
+}
+
 /// A tool for tests from a partial manifest (id, description, version, input and output are
 /// filled in when absent).
 pub fn tool_with(

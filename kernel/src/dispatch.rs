@@ -576,11 +576,7 @@ async fn invoke(job: &mut CallJob, batch_cancel: &CancellationToken) -> Outcome 
         }
         Ok(Err(ToolError { code, message })) => Outcome::fail(Status::Error, &code, message),
         Err(payload) => {
-            let what = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic".into());
+            let what = crate::panic_message(payload.as_ref());
             Outcome::fail(
                 Status::Error,
                 "panic",

@@ -43,6 +43,11 @@ fn check_graph(calls: &[Vec<Access>], edges: &[Edge]) -> Result<(), TestCaseErro
     let n = calls.len();
     let reach = support::reachability(n, edges.iter().map(|e| (e.from, e.to)));
     let naive = naive_edges(calls);
+    let mut pairs: Vec<(usize, usize)> = edges.iter().map(|e| (e.from, e.to)).collect();
+    pairs.sort_unstable();
+    let before = pairs.len();
+    pairs.dedup();
+    prop_assert_eq!(pairs.len(), before, "an edge is recorded twice for one pair");
     for e in edges {
         prop_assert!(e.from < e.to, "edge {:?} goes backwards", (e.from, e.to));
         // The edge's kind and resource come from a real conflicting access pair.
@@ -164,5 +169,35 @@ proptest! {
         for a in &accesses {
             prop_assert_eq!(a.resource.as_exact(), Some(expected.as_str()));
         }
+    }
+}
+
+/// However many reasons a call has to wait for an earlier one, the pair gets one edge: the
+/// provenance log writes one record per edge. Checked with a few predecessors (the scan) and with
+/// a crowd of readers (the set that takes over past 16).
+#[test]
+fn each_pair_gets_one_edge_whatever_the_number_of_predecessors() {
+    let read = |r: &str| Access::new(EffectKind::Reads, Pattern::parse(r).unwrap());
+    let write = |r: &str| Access::new(EffectKind::Writes, Pattern::parse(r).unwrap());
+    for readers in [1, 3, 15, 16, 17, 40] {
+        let mut index = ConflictIndex::new();
+        let mut edges = Vec::new();
+        for i in 0..readers {
+            index.insert(i, &[read("kv:a"), read("kv:b"), read("kv:*")], &mut edges);
+        }
+        assert!(edges.is_empty(), "readers never wait for readers");
+        index.insert(
+            readers,
+            &[write("kv:a"), write("kv:b"), write("kv:c*")],
+            &mut edges,
+        );
+        let mut from: Vec<usize> = edges.iter().map(|e| e.from).collect();
+        from.sort_unstable();
+        assert_eq!(
+            from,
+            (0..readers).collect::<Vec<_>>(),
+            "with {readers} readers the writer waits for each exactly once"
+        );
+        assert!(edges.iter().all(|e| e.to == readers && e.kind == EdgeKind::WriteAfterRead));
     }
 }

@@ -14,14 +14,14 @@
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 use prio_graph::{AccessKind, PrioGraph, TopLevelId};
 use serde_json::json;
+use sluice::kernel::access::Pattern;
 use sluice::kernel::access::{Access, Normalizers};
-use sluice::kernel::batch::Batch;
-use sluice::kernel::graph::{ConflictGraph, ConflictIndex};
-use sluice::kernel::load::ManifestSource;
-use sluice::kernel::manifest::{EffectKind, Manifest};
-use sluice::kernel::pattern::Pattern;
-use sluice::kernel::plan::Plan;
-use sluice::kernel::registry::{Tool, ToolRegistry};
+use sluice::kernel::model::ManifestSource;
+use sluice::kernel::model::{EffectKind, Manifest};
+use sluice::kernel::order::Plan;
+use sluice::kernel::order::{ConflictGraph, ConflictIndex};
+use sluice::kernel::transport::{Tool, ToolRegistry};
+use sluice::kernel::Batch;
 use std::hint::black_box;
 
 /// A small deterministic generator (xorshift64*), so both builders see identical batches.

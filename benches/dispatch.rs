@@ -17,12 +17,12 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use serde_json::{json, Value};
-use sluice::kernel::batch::{Batch, Call};
-use sluice::kernel::kernel::Kernel;
-use sluice::kernel::load::ManifestSource;
-use sluice::kernel::manifest::Manifest;
-use sluice::kernel::registry::Tool;
-use sluice::kernel::tool::{handler, Handler, ToolContext, ToolError};
+use sluice::kernel::model::Manifest;
+use sluice::kernel::model::ManifestSource;
+use sluice::kernel::run::Kernel;
+use sluice::kernel::transport::Tool;
+use sluice::kernel::transport::{handler, Handler, ToolContext, ToolError};
+use sluice::kernel::{Batch, Call};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

@@ -10,11 +10,11 @@ mod http_server;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use serde_json::json;
-use sluice::kernel::batch::{Batch, Call};
-use sluice::kernel::kernel::Kernel;
-use sluice::kernel::load::ManifestSource;
-use sluice::kernel::manifest::Manifest;
-use sluice::kernel::registry::Tool;
+use sluice::kernel::model::Manifest;
+use sluice::kernel::model::ManifestSource;
+use sluice::kernel::run::Kernel;
+use sluice::kernel::transport::Tool;
+use sluice::kernel::{Batch, Call};
 
 fn per_call(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()

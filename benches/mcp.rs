@@ -16,8 +16,8 @@ use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Imple
 use rmcp::transport::TokioChildProcess;
 use rmcp::ServiceExt;
 use serde_json::json;
-use sluice::kernel::batch::{Batch, Call};
-use sluice::kernel::kernel::Kernel;
+use sluice::kernel::run::Kernel;
+use sluice::kernel::{Batch, Call};
 
 fn echo_params(i: usize) -> CallToolRequestParams {
     let mut p = CallToolRequestParams::new(Cow::Borrowed("echo"));

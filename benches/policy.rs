@@ -8,8 +8,8 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use serde_json::json;
 use sluice::kernel::access::Access;
-use sluice::kernel::manifest::EffectKind;
-use sluice::kernel::pattern::Pattern;
+use sluice::kernel::access::Pattern;
+use sluice::kernel::model::EffectKind;
 use sluice::policy::{PolicyDocument, PolicyEngine};
 use std::hint::black_box;
 

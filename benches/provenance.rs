@@ -10,8 +10,8 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use sluice::kernel::batch::Status;
 use sluice::kernel::provenance::{AccessRecord, CallRecord, Record};
+use sluice::kernel::Status;
 use sluice::provenance::{Durability, ProvenanceLog};
 
 fn record(i: u64) -> Record {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use sluice::kernel::adapters::{self, ToolNames};
 use sluice::kernel::builtin::{self, BuiltinConfig, KvStore};
-use sluice::kernel::kernel::Kernel;
+use sluice::kernel::run::Kernel;
 
 /// A model that answers from a script, in the OpenAI shape.
 struct ScriptedModel {

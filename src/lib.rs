@@ -10,7 +10,7 @@
 //! - [`provenance`] (`sluice-provenance`): the provenance log (a `ProvenanceSink`).
 //!
 //! ```
-//! use sluice::kernel::{access::Normalizers, batch::Batch, builtin, plan::Plan};
+//! use sluice::kernel::{access::Normalizers, builtin, order::Plan, Batch};
 //! let tools = builtin::registry(builtin::BuiltinConfig::default()).unwrap();
 //! let batch = Batch::from_value(&serde_json::json!({"tenant": "acme", "calls": [
 //!     {"id": "w", "tool": "sluice.kv.put", "input": {"key": "notes", "value": "hi"}},

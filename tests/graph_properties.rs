@@ -11,10 +11,9 @@ mod support;
 
 use proptest::prelude::*;
 use serde_json::json;
-use sluice_kernel::access::{Access, AccessPlan, Normalizers};
-use sluice_kernel::graph::{naive_edges, ConflictGraph, ConflictIndex, Edge, EdgeKind};
-use sluice_kernel::manifest::{EffectKind, Manifest};
-use sluice_kernel::pattern::Pattern;
+use sluice_kernel::access::{Access, AccessPlan, Normalizers, Pattern};
+use sluice_kernel::model::{EffectKind, Manifest};
+use sluice_kernel::order::{naive_edges, ConflictGraph, ConflictIndex, Edge, EdgeKind};
 
 /// Resources over a small space so that collisions are frequent: exact keys, prefixes, general
 /// wildcards and the universal pattern.
@@ -47,7 +46,11 @@ fn check_graph(calls: &[Vec<Access>], edges: &[Edge]) -> Result<(), TestCaseErro
     pairs.sort_unstable();
     let before = pairs.len();
     pairs.dedup();
-    prop_assert_eq!(pairs.len(), before, "an edge is recorded twice for one pair");
+    prop_assert_eq!(
+        pairs.len(),
+        before,
+        "an edge is recorded twice for one pair"
+    );
     for e in edges {
         prop_assert!(e.from < e.to, "edge {:?} goes backwards", (e.from, e.to));
         // The edge's kind and resource come from a real conflicting access pair.
@@ -110,10 +113,10 @@ proptest! {
         }
         let edges: Vec<Edge> = graph.edges().into_iter().cloned().collect();
         for (j, later) in calls.iter().enumerate() {
-            for r in later.iter().filter(|a| a.mode() == sluice_kernel::manifest::AccessMode::Read) {
+            for r in later.iter().filter(|a| a.mode() == sluice_kernel::model::AccessMode::Read) {
                 let Some(key) = r.resource.as_exact() else { continue };
                 let writer = (0..j).rev().find(|&i| calls[i].iter().any(|a| {
-                    a.mode() == sluice_kernel::manifest::AccessMode::Write && a.resource.matches(key)
+                    a.mode() == sluice_kernel::model::AccessMode::Write && a.resource.matches(key)
                 }));
                 let Some(i) = writer else { continue };
                 if !calls[i].iter().any(|a| a.resource.as_exact() == Some(key)) {
@@ -198,6 +201,42 @@ fn each_pair_gets_one_edge_whatever_the_number_of_predecessors() {
             (0..readers).collect::<Vec<_>>(),
             "with {readers} readers the writer waits for each exactly once"
         );
-        assert!(edges.iter().all(|e| e.to == readers && e.kind == EdgeKind::WriteAfterRead));
+        assert!(edges
+            .iter()
+            .all(|e| e.to == readers && e.kind == EdgeKind::WriteAfterRead));
     }
+}
+
+/// When a call has two reasons to wait for one predecessor, the edge keeps the causal one
+/// (read-after-write): provenance follows causal edges. Here `b` first meets `a` through `kv:r1`
+/// (a read of `a`'s, so write-after-read), then through `kv:r2` (a write of `a`'s that `b` reads),
+/// while it also waits for `c`.
+#[test]
+fn a_second_reason_that_is_causal_makes_the_edge_causal() {
+    let access = |kind: EffectKind, r: &str| Access::new(kind, Pattern::parse(r).unwrap());
+    let (reads, writes) = (EffectKind::Reads, EffectKind::Writes);
+    let mut index = ConflictIndex::new();
+    let mut edges = Vec::new();
+    index.insert(
+        0,
+        &[access(reads, "kv:r1"), access(writes, "kv:r2")],
+        &mut edges,
+    );
+    index.insert(1, &[access(writes, "kv:r3")], &mut edges);
+    assert!(edges.is_empty());
+    let both = |r: &str| [access(reads, r), access(writes, r)];
+    let b: Vec<Access> = [both("kv:r3"), both("kv:r1"), both("kv:r2")].concat();
+    index.insert(2, &b, &mut edges);
+    edges.sort_by_key(|e| e.from);
+    let got: Vec<(usize, EdgeKind, String)> = edges
+        .iter()
+        .map(|e| (e.from, e.kind, e.resource.to_text()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (0, EdgeKind::ReadAfterWrite, "kv:r2".to_string()),
+            (1, EdgeKind::ReadAfterWrite, "kv:r3".to_string()),
+        ]
+    );
 }

@@ -3,11 +3,11 @@
 mod support;
 
 use serde_json::{json, Value};
-use sluice_kernel::batch::{Batch, BatchResult, Call, Status};
-use sluice_kernel::kernel::Kernel;
-use sluice_kernel::load::ManifestSource;
-use sluice_kernel::manifest::Manifest;
-use sluice_kernel::registry::Tool;
+use sluice_kernel::model::Manifest;
+use sluice_kernel::model::ManifestSource;
+use sluice_kernel::run::Kernel;
+use sluice_kernel::transport::Tool;
+use sluice_kernel::{Batch, BatchResult, Call, Status};
 use support::http_server::{self, Server};
 
 fn http_tool(id: &str, spec: Value, extra: Value) -> Tool {

@@ -10,12 +10,12 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use sluice_kernel::authorize::{
-    ApprovalOutcome, ApprovalRequest, ApproveAll, AuthRequest, Authorization, Decision,
+    ApprovalOutcome, ApprovalRequest, ApproveAll, AuthRequest, Authorization, DecidedBy, Decision,
 };
-use sluice_kernel::batch::{Batch, Call, Status};
-use sluice_kernel::kernel::{Kernel, OnFailure};
 use sluice_kernel::provenance::Record;
-use sluice_kernel::tool::{handler, ToolContext, ToolError};
+use sluice_kernel::run::{Kernel, OnFailure};
+use sluice_kernel::transport::{handler, ToolContext, ToolError};
+use sluice_kernel::{Batch, Call, Status};
 use support::{tool, tool_with, writer};
 
 fn call(id: &str, tool: &str, input: Value) -> Call {
@@ -99,11 +99,11 @@ fn deny_writes_to(
             .iter()
             .any(|a| a.resource.to_text() == resource)
         {
-            Authorization::new(Decision::Deny, "no-x1")
+            Authorization::new(Decision::Deny, DecidedBy::rule("no-x1"))
         } else if req.call_id.starts_with("ask") {
-            Authorization::new(Decision::Ask, "ask-rule")
+            Authorization::new(Decision::Ask, DecidedBy::rule("ask-rule"))
         } else {
-            Authorization::new(Decision::Allow, "default")
+            Authorization::new(Decision::Allow, DecidedBy::Default)
         }
     }
 }
@@ -181,7 +181,7 @@ async fn approvals_run_the_call_and_failures_of_the_approver_reject_it() {
         (
             Box::new(|r: ApprovalRequest| {
                 Box::pin(async move {
-                    assert_eq!(r.authorization.by, "ask-rule");
+                    assert_eq!(r.authorization.by, DecidedBy::rule("ask-rule"));
                     assert_eq!(r.accesses[0].resource.to_text(), "x:k");
                     Ok(ApprovalOutcome::Approved { by: "alice".into() })
                 })
@@ -234,9 +234,9 @@ async fn concurrent_first_uses_of_a_tool_ask_once_and_the_approval_is_remembered
                 .unwrap()
                 .contains(&(req.tenant.into(), req.tool.id.to_string()));
             if seen {
-                Authorization::new(Decision::Allow, "default")
+                Authorization::new(Decision::Allow, DecidedBy::Default)
             } else {
-                let mut a = Authorization::new(Decision::Ask, "mode:ask_on_first_use");
+                let mut a = Authorization::new(Decision::Ask, DecidedBy::mode("ask_on_first_use"));
                 a.first_use = true;
                 a
             }
@@ -493,7 +493,7 @@ async fn needs_are_checked_before_the_handler_and_isolation_confines_it() {
 #[derive(Debug)]
 struct Db(&'static str);
 
-fn ctx_tool() -> sluice_kernel::registry::Tool {
+fn ctx_tool() -> sluice_kernel::transport::Tool {
     tool_with(
         json!({"id": "t.ctx", "mutating": false, "effects": [],
         "sandbox": "context-isolated",
@@ -694,14 +694,13 @@ async fn the_sink_receives_every_call_edge_and_batch() {
 
 #[tokio::test]
 async fn tools_without_a_handler_are_refused_at_build_or_fail_alone() {
-    let m =
-        sluice_kernel::manifest::Manifest::from_value(json!({"id": "t.none", "description": "d",
+    let m = sluice_kernel::model::Manifest::from_value(json!({"id": "t.none", "description": "d",
         "version": "1.0.0", "input": {"type": "object"}, "output": {}, "mutating": false}))
-        .unwrap();
+    .unwrap();
     let t = || {
-        sluice_kernel::registry::Tool::new(
+        sluice_kernel::transport::Tool::new(
             m.clone(),
-            sluice_kernel::load::ManifestSource::built_in(),
+            sluice_kernel::model::ManifestSource::built_in(),
             None,
         )
         .unwrap()

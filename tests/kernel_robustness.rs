@@ -9,20 +9,20 @@ use std::time::Duration;
 
 use serde_json::json;
 use sluice_kernel::access::Normalizers;
+use sluice_kernel::access::Pattern;
 use sluice_kernel::authorize::{
     ApprovalFuture, ApprovalOutcome, ApprovalRequest, Approver, AuthRequest, Authorization,
-    Authorizer, Decision,
+    Authorizer, DecidedBy, Decision,
 };
-use sluice_kernel::batch::{Batch, Call, Status};
-use sluice_kernel::kernel::Kernel;
-use sluice_kernel::pattern::Pattern;
+use sluice_kernel::run::Kernel;
+use sluice_kernel::{Batch, Call, Status};
 use support::writer;
 
 fn call(id: &str, key: &str) -> Call {
     Call::new(id, "t.w", json!({"key": key}))
 }
 
-fn code(r: &sluice_kernel::batch::CallResult) -> &str {
+fn code(r: &sluice_kernel::CallResult) -> &str {
     r.error.as_ref().map(|e| e.code.as_str()).unwrap_or("")
 }
 
@@ -32,7 +32,7 @@ async fn a_panicking_authorizer_fails_its_call_internal_and_the_tenant_goes_on()
         if req.input["key"] == "boom" {
             panic!("the authorizer panics on purpose");
         }
-        Authorization::new(Decision::Allow, "ok")
+        Authorization::new(Decision::Allow, DecidedBy::rule("ok"))
     };
     let k = Kernel::builder()
         .tool(writer("t.w"))
@@ -102,7 +102,7 @@ struct AskFirstUse {
 
 impl Authorizer for AskFirstUse {
     fn authorize(&self, _req: &AuthRequest<'_>) -> Authorization {
-        let mut a = Authorization::new(Decision::Ask, "mode:ask_on_first_use");
+        let mut a = Authorization::new(Decision::Ask, DecidedBy::mode("ask_on_first_use"));
         a.first_use = true;
         a
     }
@@ -289,9 +289,9 @@ async fn a_hundred_thousand_tenants_leave_the_kernels_map_empty() {
 #[tokio::test]
 async fn a_refusal_names_its_reason_and_what_kind_of_reason_it_is() {
     let authorizer = |req: &AuthRequest<'_>| match req.input["key"].as_str() {
-        Some("m") => Authorization::new(Decision::Ask, "mode:always_ask"),
-        Some("d") => Authorization::new(Decision::Deny, "default"),
-        _ => Authorization::new(Decision::Deny, "no-writes"),
+        Some("m") => Authorization::new(Decision::Ask, DecidedBy::mode("always_ask")),
+        Some("d") => Authorization::new(Decision::Deny, DecidedBy::Default),
+        _ => Authorization::new(Decision::Deny, DecidedBy::rule("no-writes")),
     };
     let k = Kernel::builder()
         .tool(writer("t.w"))

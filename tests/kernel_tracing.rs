@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde_json::json;
-use sluice_kernel::batch::{Batch, Call};
 use sluice_kernel::builtin::{self, BuiltinConfig};
-use sluice_kernel::kernel::Kernel;
+use sluice_kernel::run::Kernel;
+use sluice_kernel::{Batch, Call};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};

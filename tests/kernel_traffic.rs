@@ -31,18 +31,18 @@ use futures::StreamExt;
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 use serde_json::{json, Value};
+use sluice_kernel::access::Pattern;
 use sluice_kernel::access::{Access, Normalizers};
 use sluice_kernel::authorize::{
     ApprovalFuture, ApprovalOutcome, ApprovalRequest, Approver, AuthRequest, Authorization,
-    Decision,
+    DecidedBy, Decision,
 };
-use sluice_kernel::batch::{Batch, Call, CallResult, Status};
-use sluice_kernel::graph::first_conflict;
-use sluice_kernel::kernel::{BatchOptions, Kernel, OnFailure};
-use sluice_kernel::pattern::Pattern;
+use sluice_kernel::order::first_conflict;
 use sluice_kernel::provenance::Record;
-use sluice_kernel::registry::ToolRegistry;
-use sluice_kernel::tool::{handler, ToolContext, ToolError};
+use sluice_kernel::run::{BatchOptions, Kernel, OnFailure};
+use sluice_kernel::transport::ToolRegistry;
+use sluice_kernel::transport::{handler, ToolContext, ToolError};
+use sluice_kernel::{Batch, Call, CallResult, Status};
 use tokio::time::Instant;
 
 /// The handler deadline (`default_timeout`) and the approval timeout of the harness's kernel.
@@ -186,7 +186,7 @@ const TOOLS: &[(&str, &str, bool)] = &[
 
 /// One handler for every harness tool; it reaches its schedule's [`World`] through the need
 /// slot `world`, so that the tools (and their compiled schemas) are built once per process.
-fn behaviour() -> Arc<dyn sluice_kernel::tool::Handler> {
+fn behaviour() -> Arc<dyn sluice_kernel::transport::Handler> {
     handler(move |ctx: ToolContext, input: Value| {
         let world = ctx.need::<World>("world");
         async move {
@@ -213,10 +213,10 @@ fn behaviour() -> Arc<dyn sluice_kernel::tool::Handler> {
 
 fn authorize(req: &AuthRequest<'_>) -> Authorization {
     match req.tool.id.as_str() {
-        "h.ask" => Authorization::new(Decision::Ask, "ask-rule"),
-        "h.deny" => Authorization::new(Decision::Deny, "deny-rule"),
+        "h.ask" => Authorization::new(Decision::Ask, DecidedBy::rule("ask-rule")),
+        "h.deny" => Authorization::new(Decision::Deny, DecidedBy::rule("deny-rule")),
         "h.boom" => panic!("harness: the authorizer panics on purpose"),
-        _ => Authorization::new(Decision::Allow, "allow-rule"),
+        _ => Authorization::new(Decision::Allow, DecidedBy::rule("allow-rule")),
     }
 }
 

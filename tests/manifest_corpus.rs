@@ -6,9 +6,9 @@
 mod support;
 
 use serde_json::Value;
-use sluice_kernel::load::read_manifests;
-use sluice_kernel::manifest::Manifest;
-use sluice_kernel::validate::{schema_accepts, validate, ValidateOptions};
+use sluice_kernel::model::read_manifests;
+use sluice_kernel::model::Manifest;
+use sluice_kernel::model::{schema_accepts, validate, ValidateOptions};
 
 fn expected() -> Value {
     support::read_json(&support::fixture("manifests/expected.json"))
@@ -102,7 +102,7 @@ fn the_serde_model_and_the_schema_agree_on_every_file() {
 
 #[test]
 fn the_schema_file_declares_its_version_and_draft() {
-    let schema: Value = serde_json::from_str(sluice_kernel::validate::MANIFEST_SCHEMA).unwrap();
+    let schema: Value = serde_json::from_str(sluice_kernel::model::MANIFEST_SCHEMA).unwrap();
     assert_eq!(schema["$comment"], "schema-version: 1.1.0");
     assert_eq!(
         schema["$schema"],

@@ -3,8 +3,8 @@
 
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
-use sluice_kernel::manifest::Manifest;
-use sluice_kernel::validate::schema_accepts;
+use sluice_kernel::model::schema_accepts;
+use sluice_kernel::model::Manifest;
 
 fn opt<T: std::fmt::Debug + Clone + 'static>(
     s: impl Strategy<Value = T> + 'static,

@@ -6,10 +6,10 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use sluice_kernel::batch::{Batch, Call, Status};
-use sluice_kernel::kernel::Kernel;
-use sluice_kernel::manifest::McpEndpoint;
-use sluice_kernel::mcp::{import_manifests, ImportOptions};
+use sluice_kernel::model::McpEndpoint;
+use sluice_kernel::run::Kernel;
+use sluice_kernel::transport::mcp::{import_manifests, ImportOptions};
+use sluice_kernel::{Batch, Call, Status};
 use support::mcp::{everything_stdio, kernel_of, mcp_manifest, run_one, unresolved_tool};
 
 fn text_of(output: &Value) -> String {
@@ -268,7 +268,7 @@ async fn import_makes_valid_conservative_manifests() {
             .unwrap_or_else(|| panic!("{id} imported"))
     };
     for m in &imported.manifests {
-        let report = sluice_kernel::validate::validate(m, Default::default());
+        let report = sluice_kernel::model::validate(m, Default::default());
         assert!(report.is_valid(), "{}: {:?}", m["id"], report.errors);
         let hinted = m["metadata"]["mcpAnnotations"]["readOnlyHint"] == true;
         assert_eq!(m["mutating"], !hinted, "{}", m["id"]);

@@ -16,11 +16,11 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{json, Map, Value};
-use sluice_kernel::batch::{Batch, Call, Status};
-use sluice_kernel::kernel::Kernel;
-use sluice_kernel::manifest::McpEndpoint;
-use sluice_kernel::mcp::{import_manifests, ImportOptions};
-use sluice_kernel::tool::{handler, ToolContext, ToolError};
+use sluice_kernel::model::McpEndpoint;
+use sluice_kernel::run::Kernel;
+use sluice_kernel::transport::mcp::{import_manifests, ImportOptions};
+use sluice_kernel::transport::{handler, ToolContext, ToolError};
+use sluice_kernel::{Batch, Call, Status};
 use support::mcp::{kernel_of, mcp_manifest, run_one, unresolved_tool};
 use tokio::sync::Notify;
 
@@ -324,12 +324,12 @@ async fn auto_prefers_a_native_handler_and_mcp_transport_takes_the_server() {
             &e,
             json!({"transport": transport, "metadata": {"mcpTool": "add"}}),
         );
-        sluice_kernel::manifest::Manifest::from_value(m).unwrap()
+        sluice_kernel::model::Manifest::from_value(m).unwrap()
     };
     let tool = |id: &str, transport: &str| {
-        sluice_kernel::registry::Tool::new(
+        sluice_kernel::transport::Tool::new(
             manifest(id, transport),
-            sluice_kernel::load::ManifestSource::built_in(),
+            sluice_kernel::model::ManifestSource::built_in(),
             Some(native.clone()),
         )
         .unwrap()

@@ -9,10 +9,10 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use sluice_kernel::adapters::{self, decode_name, encode_name, ToolNames, MAX_NAME};
-use sluice_kernel::batch::Status;
 use sluice_kernel::builtin::{self, BuiltinConfig};
-use sluice_kernel::kernel::Kernel;
-use sluice_kernel::tool::{handler, ToolContext, ToolError};
+use sluice_kernel::run::Kernel;
+use sluice_kernel::transport::{handler, ToolContext, ToolError};
+use sluice_kernel::Status;
 use support::{fixture, read_json, sluice};
 
 fn golden(name: &str) -> Value {
@@ -204,7 +204,7 @@ fn two_ids_that_map_to_one_name_are_refused_naming_both() {
         .expect("a collision within 200,000 ids");
     let noop =
         || handler(|_c: ToolContext, _i: Value| async move { Ok::<_, ToolError>(json!({})) });
-    let mut reg = sluice_kernel::registry::ToolRegistry::new();
+    let mut reg = sluice_kernel::transport::ToolRegistry::new();
     reg.insert(support::tool(&a, json!([]), false, noop()))
         .unwrap();
     reg.insert(support::tool(&b, json!([]), false, noop()))
@@ -228,7 +228,7 @@ proptest! {
     #[test]
     fn a_table_maps_every_registered_id_back(ids in prop::collection::btree_set("[a-z_.\\-é/]{1,70}", 1..8)) {
         let noop = || handler(|_c: ToolContext, _i: Value| async move { Ok::<_, ToolError>(json!({})) });
-        let mut reg = sluice_kernel::registry::ToolRegistry::new();
+        let mut reg = sluice_kernel::transport::ToolRegistry::new();
         for id in &ids {
             reg.insert(support::tool(id, json!([]), false, noop())).unwrap();
         }

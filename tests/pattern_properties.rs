@@ -6,7 +6,7 @@
 //! default (256) unless `PROPTEST_CASES` says otherwise.
 
 use proptest::prelude::*;
-use sluice_kernel::pattern::{general, Pattern, Token};
+use sluice_kernel::access::{general, Pattern, Token};
 
 /// Patterns of up to 3 tokens over {a, b, ?, *}.
 fn small_pattern() -> impl Strategy<Value = Pattern> {
@@ -93,7 +93,7 @@ proptest! {
         let p = Pattern::literal(&s);
         prop_assert!(p.is_exact());
         prop_assert!(p.matches(&s));
-        prop_assert_eq!(Pattern::parse(&sluice_kernel::pattern::escape(&s)).unwrap(), p);
+        prop_assert_eq!(Pattern::parse(&sluice_kernel::access::escape(&s)).unwrap(), p);
     }
 }
 

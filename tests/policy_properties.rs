@@ -5,8 +5,8 @@
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use sluice_kernel::access::Access;
-use sluice_kernel::manifest::{EffectKind, Manifest};
-use sluice_kernel::pattern::Pattern;
+use sluice_kernel::access::Pattern;
+use sluice_kernel::model::{EffectKind, Manifest};
 use sluice_policy::{PolicyDocument, PolicyEngine};
 
 fn resource() -> impl Strategy<Value = String> {
@@ -81,7 +81,7 @@ proptest! {
         for a in &accesses {
             let f = engine.decide_access("acme", tool, a.kind, &a.resource).unwrap();
             let s = sluice_policy::linear::decide_access(&doc.tenants["acme"], tool, a);
-            prop_assert_eq!((f.decision, f.by.to_string()), s);
+            prop_assert_eq!((f.decision, f.by), s);
         }
     }
 }

@@ -4,9 +4,9 @@
 
 use serde_json::{json, Value};
 use sluice_kernel::access::Access;
-use sluice_kernel::authorize::Decision;
-use sluice_kernel::manifest::{EffectKind, Manifest};
-use sluice_kernel::pattern::Pattern;
+use sluice_kernel::access::Pattern;
+use sluice_kernel::authorize::{DecidedBy, Decision};
+use sluice_kernel::model::{EffectKind, Manifest};
 use sluice_policy::{PolicyDocument, PolicyEngine};
 
 fn tool(id: &str, read_only: bool) -> Manifest {
@@ -266,7 +266,7 @@ fn every_row_of_the_table() {
         let accesses: Vec<Access> = row.accesses.iter().map(|(k, r)| access(k, r)).collect();
         let auth = e.decide("acme", &tool(row.tool, row.read_only), &accesses);
         assert_eq!(
-            (auth.decision, auth.by.as_ref()),
+            (auth.decision, auth.by.to_string().as_str()),
             row.expect,
             "row `{}`",
             row.name
@@ -276,12 +276,34 @@ fn every_row_of_the_table() {
         let lin =
             sluice_policy::linear::decide(&doc, "acme", row.tool, row.read_only, &accesses, false);
         assert_eq!(
-            (lin.decision, lin.by.as_ref()),
+            (lin.decision, lin.by.to_string().as_str()),
             row.expect,
             "linear, row `{}`",
             row.name
         );
     }
+}
+
+/// The text of a rule named `default` is the default's text (the contract's tokens), but the
+/// decision says which it is, and so does the message a refused call carries.
+#[test]
+fn a_rule_named_default_is_not_the_default() {
+    let e = engine(json!({"default": "deny", "rules": [
+        {"id": "default", "decision": "deny", "effects": ["deletes"]}
+    ]}));
+    let t = tool("t.rm", false);
+    let by_rule = e.decide("acme", &t, &[access("deletes", "kv:a")]);
+    assert_eq!(by_rule.decision, Decision::Deny);
+    assert_eq!(by_rule.by, DecidedBy::rule("default"));
+    assert_ne!(by_rule.by, DecidedBy::Default);
+    assert_eq!(by_rule.by.describe(), "rule `default`");
+    let by_default = e.decide("acme", &t, &[access("writes", "kv:a")]);
+    assert_eq!(by_default.by, DecidedBy::Default);
+    assert_eq!(by_rule.by.to_string(), by_default.by.to_string());
+    assert!(by_default
+        .by
+        .describe()
+        .contains("the tenant's default decision"));
 }
 
 #[test]
@@ -290,7 +312,7 @@ fn an_unknown_tenant_is_denied_everything() {
     for accesses in [vec![], vec![access("reads", "kv:a")]] {
         let auth = e.decide("globex", &tool("t.read", true), &accesses);
         assert_eq!(
-            (auth.decision, auth.by.as_ref()),
+            (auth.decision, auth.by.to_string().as_str()),
             (Decision::Deny, "unknown-tenant")
         );
     }
@@ -365,11 +387,14 @@ fn a_reload_swaps_whole_and_a_bad_file_leaves_the_old_policy() {
     std::fs::write(&toml, "[tenants.acme]\ndefault = \"deny\"\n[[tenants.acme.rules]]\nid = \"r\"\ndecision = \"allow\"\neffects = [\"reads\"]\n").unwrap();
     let e = PolicyEngine::from_path(&toml).unwrap();
     let t = tool("t.read", true);
-    assert_eq!(e.decide("acme", &t, &[access("reads", "kv:a")]).by, "r");
+    assert_eq!(
+        e.decide("acme", &t, &[access("reads", "kv:a")]).by,
+        DecidedBy::rule("r")
+    );
     e.reload_from_path(&good).unwrap();
     assert_eq!(
         e.decide("acme", &t, &[access("writes", "kv:a")]).by,
-        "default"
+        DecidedBy::Default
     );
     assert!(e.reload_from_path(&bad).is_err());
     assert_eq!(

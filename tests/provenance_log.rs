@@ -7,11 +7,11 @@ use std::io::{BufRead, BufReader};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use sluice_kernel::authorize::{AuthRequest, Authorization, Decision};
-use sluice_kernel::batch::{Batch, Call, Status};
-use sluice_kernel::kernel::{Kernel, OnFailure};
+use sluice_kernel::authorize::{AuthRequest, Authorization, DecidedBy, Decision};
 use sluice_kernel::provenance::Record;
-use sluice_kernel::tool::{handler, ToolContext, ToolError};
+use sluice_kernel::run::{Kernel, OnFailure};
+use sluice_kernel::transport::{handler, ToolContext, ToolError};
+use sluice_kernel::{Batch, Call, Status};
 use sluice_provenance::{
     query, verify_file, Durability, ProvenanceError, ProvenanceLog, VerifyError,
 };
@@ -34,7 +34,7 @@ fn write_lines(path: &std::path::Path, lines: &[String]) {
 }
 
 /// A kernel whose calls end in every status, recorded to `log`.
-async fn run_every_outcome(log: ProvenanceLog) -> sluice_kernel::batch::BatchResult {
+async fn run_every_outcome(log: ProvenanceLog) -> sluice_kernel::BatchResult {
     let w = |id: &str| {
         tool(
             id,
@@ -75,9 +75,9 @@ async fn run_every_outcome(log: ProvenanceLog) -> sluice_kernel::batch::BatchRes
         w("unused").handler().unwrap().clone(),
     );
     let auth = |req: &AuthRequest<'_>| match req.call_id {
-        "denied" => Authorization::new(Decision::Deny, "no-way"),
-        "rejected" => Authorization::new(Decision::Ask, "ask-first"),
-        _ => Authorization::new(Decision::Allow, "ok-rule"),
+        "denied" => Authorization::new(Decision::Deny, DecidedBy::rule("no-way")),
+        "rejected" => Authorization::new(Decision::Ask, DecidedBy::rule("ask-first")),
+        _ => Authorization::new(Decision::Allow, DecidedBy::rule("ok-rule")),
     };
     let kernel = Kernel::builder()
         .tool(w("t.w"))
@@ -484,9 +484,9 @@ async fn lineage_why_and_prov_json() {
         .approver(sluice_kernel::authorize::ApproveAll)
         .authorizer(|req: &AuthRequest<'_>| {
             if req.call_id == "w2" {
-                Authorization::new(Decision::Ask, "careful")
+                Authorization::new(Decision::Ask, DecidedBy::rule("careful"))
             } else {
-                Authorization::new(Decision::Allow, "ok")
+                Authorization::new(Decision::Allow, DecidedBy::rule("ok"))
             }
         })
         .build()
@@ -515,7 +515,7 @@ async fn lineage_why_and_prov_json() {
     let records = verify_file(&path).unwrap().records;
     let l = query::lineage(
         &records,
-        &sluice_kernel::pattern::Pattern::parse("kv:d*").unwrap(),
+        &sluice_kernel::access::Pattern::parse("kv:d*").unwrap(),
     );
     let writers: Vec<&str> = l
         .writers

@@ -18,11 +18,11 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use sluice_kernel::batch::{Batch, Call, Status};
 use sluice_kernel::builtin::{self, BuiltinConfig, KvStore};
-use sluice_kernel::graph::naive_edges;
-use sluice_kernel::kernel::Kernel;
-use sluice_kernel::tool::{handler, ToolContext, ToolError};
+use sluice_kernel::order::naive_edges;
+use sluice_kernel::run::Kernel;
+use sluice_kernel::transport::{handler, ToolContext, ToolError};
+use sluice_kernel::{Batch, Call, Status};
 
 fn cases(default: u32) -> ProptestConfig {
     let n = std::env::var("PROPTEST_CASES")

@@ -38,10 +38,10 @@ use std::collections::HashMap;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::batch::{Batch, BatchResult, Call, CallResult, Status};
 use crate::error::{Error, Result};
-use crate::manifest::EffectKind;
-use crate::registry::{Tool, ToolRegistry};
+use crate::model::{Batch, Call, EffectKind, Status};
+use crate::run::{BatchResult, CallResult};
+use crate::transport::{Tool, ToolRegistry};
 
 /// Longest name the OpenAI API accepts.
 pub const MAX_NAME: usize = 64;

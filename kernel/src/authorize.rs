@@ -1,7 +1,8 @@
 //! Authorization: may this call's accesses happen for this tenant, and who said so.
 //!
 //! Takes in: a call's tenant, tool and accesses ([`AuthRequest`]). Hands on: an [`Authorization`]
-//! — `allow`, `ask` or `deny`, with `by` naming the rule, default or mode behind it. An `ask` goes
+//! — `allow`, `ask` or `deny`, with a typed [`DecidedBy`] naming the rule, default or mode
+//! behind it (rendered as the contract's text tokens). An `ask` goes
 //! to the [`Approver`] (the human in the loop); only an explicit approval runs the call, and a
 //! rejection, a timeout or an approver error is a rejection (fail closed).
 //!
@@ -10,27 +11,32 @@
 //! implement both traits:
 //!
 //! ```
-//! use sluice_kernel::authorize::{Authorization, AuthRequest, Authorizer, Decision};
+//! use sluice_kernel::authorize::{Authorization, AuthRequest, Authorizer, DecidedBy, Decision};
 //! let no_deletes = |req: &AuthRequest<'_>| {
 //!     if req.accesses.iter().any(|a| a.kind.as_str() == "deletes") {
-//!         Authorization::new(Decision::Deny, "no-deletes")
+//!         Authorization::new(Decision::Deny, DecidedBy::rule("no-deletes"))
 //!     } else {
-//!         Authorization::new(Decision::Allow, "default")
+//!         Authorization::new(Decision::Allow, DecidedBy::Default)
 //!     }
 //! };
+//! // A rule that happens to be named `default` is still a rule.
+//! assert_ne!(DecidedBy::rule("default"), DecidedBy::Default);
+//! assert_eq!(DecidedBy::rule("default").to_string(), "default");
 //! fn takes(_: &dyn Authorizer) {}
 //! takes(&no_deletes);
 //! ```
 
+use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 use serde_json::Value;
 
 use crate::access::Access;
-use crate::manifest::Manifest;
+use crate::model::Manifest;
 
 /// The three decisions, loosest first: the strictest of several wins (`deny > ask > allow`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -61,14 +67,81 @@ impl fmt::Display for Decision {
     }
 }
 
+/// What made a decision. Rendered (by `Display` and in JSON) as the contract's text tokens: a
+/// rule's id, `default`, `mode:<mode>`, `pure`, `unknown-tenant`, `unknown-tool`, `no-policy`.
+/// The text of a rule named `default` and of the default are the same; the values are not.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DecidedBy {
+    /// A policy rule, by id.
+    Rule(Arc<str>),
+    /// The tenant's default decision (`default`).
+    Default,
+    /// The tool's human-in-the-loop mode, by name (`mode:always_ask`, `mode:ask_on_first_use`).
+    Mode(Cow<'static, str>),
+    /// No rule matched a call that changes nothing (`pure`).
+    Pure,
+    /// The tenant is not in the policy (`unknown-tenant`).
+    UnknownTenant,
+    /// The call names no registered tool (`unknown-tool`).
+    UnknownTool,
+    /// No policy is configured: the embedded default allows everything (`no-policy`).
+    NoPolicy,
+}
+
+impl DecidedBy {
+    /// A rule, by id.
+    pub fn rule(id: impl Into<Arc<str>>) -> Self {
+        DecidedBy::Rule(id.into())
+    }
+
+    /// A human-in-the-loop mode, by name (without the `mode:` prefix).
+    pub fn mode(name: impl Into<Cow<'static, str>>) -> Self {
+        DecidedBy::Mode(name.into())
+    }
+
+    /// The reason for a person or a model: the token in backticks, then what kind of reason it
+    /// is (`rule `r``, `` `default` (the tenant's default decision)``).
+    pub fn describe(&self) -> String {
+        match self {
+            DecidedBy::Rule(id) => format!("rule `{id}`"),
+            DecidedBy::Default => "`default` (the tenant's default decision)".into(),
+            DecidedBy::Mode(m) => format!("`mode:{m}` (the tool's human-in-the-loop mode)"),
+            DecidedBy::Pure => "`pure` (no rule matched a call that changes nothing)".into(),
+            DecidedBy::UnknownTenant => "`unknown-tenant` (the tenant is not in the policy)".into(),
+            DecidedBy::UnknownTool => "`unknown-tool` (no such tool)".into(),
+            DecidedBy::NoPolicy => "`no-policy` (no policy is configured)".into(),
+        }
+    }
+}
+
+impl fmt::Display for DecidedBy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecidedBy::Rule(id) => f.write_str(id),
+            DecidedBy::Default => f.write_str("default"),
+            DecidedBy::Mode(m) => write!(f, "mode:{m}"),
+            DecidedBy::Pure => f.write_str("pure"),
+            DecidedBy::UnknownTenant => f.write_str("unknown-tenant"),
+            DecidedBy::UnknownTool => f.write_str("unknown-tool"),
+            DecidedBy::NoPolicy => f.write_str("no-policy"),
+        }
+    }
+}
+
+impl Serialize for DecidedBy {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 /// A decision with its reason.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Authorization {
     /// The decision.
     pub decision: Decision,
-    /// What made it: a rule id, `default`, `mode:<mode>`, `pure`, `unknown-tenant`, or for the
-    /// embedded default `no-policy`. (A `Cow`, so that fixed reasons cost no allocation.)
-    pub by: std::borrow::Cow<'static, str>,
+    /// What made it.
+    pub by: DecidedBy,
     /// For an `ask` that comes from the tool's `ask_on_first_use` mode: an approval is
     /// remembered per tenant and tool (see [`Authorizer::remember_approval`]), and concurrent
     /// first uses ask once.
@@ -78,10 +151,10 @@ pub struct Authorization {
 
 impl Authorization {
     /// A decision made by `by`.
-    pub fn new(decision: Decision, by: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+    pub fn new(decision: Decision, by: DecidedBy) -> Self {
         Authorization {
             decision,
-            by: by.into(),
+            by,
             first_use: false,
         }
     }
@@ -128,7 +201,7 @@ pub struct AllowAll;
 
 impl Authorizer for AllowAll {
     fn authorize(&self, _request: &AuthRequest<'_>) -> Authorization {
-        Authorization::new(Decision::Allow, "no-policy")
+        Authorization::new(Decision::Allow, DecidedBy::NoPolicy)
     }
 }
 

@@ -19,10 +19,9 @@ use std::time::Duration;
 use dashmap::DashMap;
 use serde_json::{json, Value};
 
-use crate::load::ManifestSource;
-use crate::manifest::Manifest;
-use crate::registry::{Tool, ToolRegistry};
-use crate::tool::{handler, ToolContext, ToolError};
+use crate::error::{Diagnostic, Error, ErrorCode, Result};
+use crate::model::{Manifest, ManifestSource};
+use crate::transport::{handler, Tool, ToolContext, ToolError, ToolRegistry};
 
 /// The in-memory key-value store of the kv tools.
 #[derive(Debug, Default, Clone)]
@@ -82,7 +81,7 @@ impl Default for BuiltinConfig {
 }
 
 /// A registry holding the built-in tools only.
-pub fn registry(config: BuiltinConfig) -> crate::Result<ToolRegistry> {
+pub fn registry(config: BuiltinConfig) -> Result<ToolRegistry> {
     let mut r = ToolRegistry::new();
     for t in tools(config)? {
         r.insert(t)?;
@@ -90,10 +89,10 @@ pub fn registry(config: BuiltinConfig) -> crate::Result<ToolRegistry> {
     Ok(r)
 }
 
-fn manifest(v: Value) -> crate::Result<Manifest> {
-    Manifest::from_value(v).map_err(|e| crate::Error::InvalidManifest {
+fn manifest(v: Value) -> Result<Manifest> {
+    Manifest::from_value(v).map_err(|e| Error::InvalidManifest {
         source_name: "built-in".into(),
-        errors: vec![crate::validate::Diagnostic::new("", e.to_string())],
+        errors: vec![Diagnostic::new("", e.to_string())],
     })
 }
 
@@ -117,7 +116,7 @@ async fn delay(ctx: &ToolContext, input: &Value) -> Result<(), ToolError> {
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(ms)) => {}
             _ = ctx.cancellation().cancelled() => {
-                return Err(ToolError::new("cancelled", "the call was cancelled"));
+                return Err(ToolError::new(ErrorCode::Cancelled, "the call was cancelled"));
             }
         }
     }
@@ -137,7 +136,7 @@ fn kv_tool(
     manifest_json: Value,
     kv: &KvStore,
     op: fn(&KvStore, &str, &Value) -> Value,
-) -> crate::Result<Tool> {
+) -> Result<Tool> {
     let store = kv.clone();
     Tool::new(
         manifest(manifest_json)?,
@@ -153,7 +152,7 @@ fn kv_tool(
 }
 
 /// The built-in tools, compiled.
-pub fn tools(config: BuiltinConfig) -> crate::Result<Vec<Tool>> {
+pub fn tools(config: BuiltinConfig) -> Result<Vec<Tool>> {
     let src = ManifestSource::built_in;
     let kv = config.kv;
     let root = Arc::new(lexical_absolute(&config.root, Path::new(".")));
@@ -175,7 +174,7 @@ pub fn tools(config: BuiltinConfig) -> crate::Result<Vec<Tool>> {
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(ms)) => Ok(json!({"slept_ms": ms})),
                 _ = ctx.cancellation().cancelled() => {
-                    Err(ToolError::new("cancelled", "the call was cancelled"))
+                    Err(ToolError::new(ErrorCode::Cancelled, "the call was cancelled"))
                 }
             }
         })),
@@ -257,7 +256,7 @@ pub fn tools(config: BuiltinConfig) -> crate::Result<Vec<Tool>> {
                 let current = store.get(&k).unwrap_or(json!(0));
                 if !current.is_number() {
                     return Err(ToolError::new(
-                        "not-a-number",
+                        ErrorCode::NotANumber,
                         format!("the value under `{k}` is not a number: {current}"),
                     ));
                 }
@@ -301,7 +300,10 @@ pub fn tools(config: BuiltinConfig) -> crate::Result<Vec<Tool>> {
                 async move {
                     let path = confined(&root, &input, false)?;
                     let content = tokio::fs::read_to_string(&path).await.map_err(|e| {
-                        ToolError::new("io", format!("cannot read `{}`: {e}", path.display()))
+                        ToolError::new(
+                            ErrorCode::Io,
+                            format!("cannot read `{}`: {e}", path.display()),
+                        )
                     })?;
                     Ok(json!({"path": path.to_string_lossy(), "content": content}))
                 }
@@ -331,7 +333,10 @@ pub fn tools(config: BuiltinConfig) -> crate::Result<Vec<Tool>> {
                     let path = confined(&root, &input, true)?;
                     let content = input.get("content").and_then(Value::as_str).unwrap_or("");
                     tokio::fs::write(&path, content).await.map_err(|e| {
-                        ToolError::new("io", format!("cannot write `{}`: {e}", path.display()))
+                        ToolError::new(
+                            ErrorCode::Io,
+                            format!("cannot write `{}`: {e}", path.display()),
+                        )
                     })?;
                     Ok(json!({"path": path.to_string_lossy(), "bytes": content.len()}))
                 }
@@ -384,7 +389,7 @@ fn confined(root: &Path, input: &Value, for_write: bool) -> Result<PathBuf, Tool
     let path = lexical_absolute(root, Path::new(raw));
     let escape = || {
         ToolError::new(
-            "path-escapes-root",
+            ErrorCode::PathEscapesRoot,
             format!(
                 "`{raw}` is outside the root `{}`: the fs tools reach only files under it",
                 root.display()

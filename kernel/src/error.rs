@@ -1,10 +1,40 @@
-//! The kernel's error type: failures that are the *embedder's* to handle (a file that cannot be
-//! read, a manifest that cannot be registered, a batch that cannot run). A call that fails is not
-//! an error here: it is a result with a status, for the model to read (see [`crate::batch`]).
+//! Who an error is for, and the vocabulary of errors shared by every stage.
+//!
+//! - [`Error`] is for the *embedder*: a file that cannot be read, a manifest that cannot be
+//!   registered, a batch that cannot run. It is returned from the library's functions.
+//! - A call that fails is not an [`Error`]: it is a result with a status and a
+//!   [`CallError`](crate::model::CallError), for the *model* to read. Its code is an
+//!   [`ErrorCode`] when the kernel or a built-in transport sets it, or a handler's own text.
+//! - A [`Diagnostic`] is for the *person who wrote a document* (a manifest, a batch): the JSON
+//!   pointer of what is wrong and a sentence saying why.
 
 use std::path::PathBuf;
 
-use crate::validate::Diagnostic;
+use serde::Serialize;
+
+/// One finding: where (a JSON pointer into the manifest) and what (a sentence).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Diagnostic {
+    /// JSON pointer (RFC 6901) of the value the finding is about; `""` is the whole manifest.
+    pub pointer: String,
+    /// What is wrong, for a person.
+    pub message: String,
+}
+
+impl Diagnostic {
+    /// Builds a diagnostic.
+    pub fn new(pointer: impl Into<String>, message: impl Into<String>) -> Self {
+        Diagnostic {
+            pointer: pointer.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Escapes a key for use in a JSON pointer (RFC 6901).
+pub fn escape_pointer(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
 
 /// Everything that can go wrong in the kernel outside a call's own result.
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +148,171 @@ fn render(errors: &[Diagnostic]) -> String {
         .map(|d| format!("`{}`: {}", d.pointer, d.message))
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// The codes the kernel and its transports give a failed call, as the contract spells them
+/// (`Display` and [`ErrorCode::as_str`] give the text). A handler may use its own codes too: a
+/// [`CallError`](crate::model::CallError)'s code is text, and [`ErrorCode::parse`] tells whether
+/// it is one of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// `unknown-tool`: no tool with the call's tool id.
+    UnknownTool,
+    /// `invalid-input`: the input fails the tool's input schema, or the model's output for the
+    /// call was malformed.
+    InvalidInput,
+    /// `invalid-output`: the handler's output fails the tool's output schema.
+    InvalidOutput,
+    /// `denied`: the policy denied an access.
+    Denied,
+    /// `rejected`: an ask was rejected, timed out or its approver failed.
+    Rejected,
+    /// `skipped`: a call it depends on failed under `skip-dependents`.
+    Skipped,
+    /// `timeout`: the call's deadline passed.
+    Timeout,
+    /// `cancelled`: the batch was cancelled.
+    Cancelled,
+    /// `panic`: the handler panicked.
+    Panic,
+    /// `internal`: something of Sluice's or the embedder's own code failed on the call's way (a
+    /// panicking authorizer, normalizer or approver, a defect in the conflict index).
+    Internal,
+    /// `missing-need`: a required need the kernel cannot supply.
+    MissingNeed,
+    /// `secret-unavailable`: a secret the tool needs does not resolve.
+    SecretUnavailable,
+    /// `no-handler`: the tool has no way to run (accepted at build anyway).
+    NoHandler,
+    /// `egress-denied`: an HTTP tool's request was not sent (host, scheme or address refused).
+    EgressDenied,
+    /// `http-status`: an HTTP tool's response status is not a success.
+    HttpStatus,
+    /// `http-failed`: an HTTP tool's request failed (connection, TLS, body).
+    HttpFailed,
+    /// `invalid-response`: an HTTP tool's response cannot be read as declared.
+    InvalidResponse,
+    /// `mcp-tool-error`: the MCP tool answered with `isError`.
+    McpToolError,
+    /// `mcp-error`: the MCP server refused the request (a JSON-RPC error).
+    McpError,
+    /// `mcp-protocol`: the MCP server's answer cannot be used.
+    McpProtocol,
+    /// `mcp-server-exited`: the MCP server went away while the call ran.
+    McpServerExited,
+    /// `mcp-unavailable`: the MCP server cannot be started or reached.
+    McpUnavailable,
+    /// `limits-exceeded`: the tool's server went past its declared limits and was stopped.
+    LimitsExceeded,
+    /// `io`: a built-in file tool could not read or write.
+    Io,
+    /// `not-a-number`: `sluice.kv.incr` found a value that is not a number.
+    NotANumber,
+    /// `path-escapes-root`: a built-in file tool was given a path outside its root.
+    PathEscapesRoot,
+}
+
+impl ErrorCode {
+    /// Every code, in declaration order.
+    pub const ALL: [ErrorCode; 26] = [
+        ErrorCode::UnknownTool,
+        ErrorCode::InvalidInput,
+        ErrorCode::InvalidOutput,
+        ErrorCode::Denied,
+        ErrorCode::Rejected,
+        ErrorCode::Skipped,
+        ErrorCode::Timeout,
+        ErrorCode::Cancelled,
+        ErrorCode::Panic,
+        ErrorCode::Internal,
+        ErrorCode::MissingNeed,
+        ErrorCode::SecretUnavailable,
+        ErrorCode::NoHandler,
+        ErrorCode::EgressDenied,
+        ErrorCode::HttpStatus,
+        ErrorCode::HttpFailed,
+        ErrorCode::InvalidResponse,
+        ErrorCode::McpToolError,
+        ErrorCode::McpError,
+        ErrorCode::McpProtocol,
+        ErrorCode::McpServerExited,
+        ErrorCode::McpUnavailable,
+        ErrorCode::LimitsExceeded,
+        ErrorCode::Io,
+        ErrorCode::NotANumber,
+        ErrorCode::PathEscapesRoot,
+    ];
+
+    /// The code as results and the provenance log spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::UnknownTool => "unknown-tool",
+            ErrorCode::InvalidInput => "invalid-input",
+            ErrorCode::InvalidOutput => "invalid-output",
+            ErrorCode::Denied => "denied",
+            ErrorCode::Rejected => "rejected",
+            ErrorCode::Skipped => "skipped",
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::Cancelled => "cancelled",
+            ErrorCode::Panic => "panic",
+            ErrorCode::Internal => "internal",
+            ErrorCode::MissingNeed => "missing-need",
+            ErrorCode::SecretUnavailable => "secret-unavailable",
+            ErrorCode::NoHandler => "no-handler",
+            ErrorCode::EgressDenied => "egress-denied",
+            ErrorCode::HttpStatus => "http-status",
+            ErrorCode::HttpFailed => "http-failed",
+            ErrorCode::InvalidResponse => "invalid-response",
+            ErrorCode::McpToolError => "mcp-tool-error",
+            ErrorCode::McpError => "mcp-error",
+            ErrorCode::McpProtocol => "mcp-protocol",
+            ErrorCode::McpServerExited => "mcp-server-exited",
+            ErrorCode::McpUnavailable => "mcp-unavailable",
+            ErrorCode::LimitsExceeded => "limits-exceeded",
+            ErrorCode::Io => "io",
+            ErrorCode::NotANumber => "not-a-number",
+            ErrorCode::PathEscapesRoot => "path-escapes-root",
+        }
+    }
+
+    /// The code with this text, if it is one of the kernel's.
+    pub fn parse(text: &str) -> Option<Self> {
+        ErrorCode::ALL.into_iter().find(|c| c.as_str() == text)
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<ErrorCode> for String {
+    fn from(code: ErrorCode) -> Self {
+        code.as_str().to_owned()
+    }
+}
+
+impl PartialEq<ErrorCode> for String {
+    fn eq(&self, code: &ErrorCode) -> bool {
+        self == code.as_str()
+    }
+}
+
+impl PartialEq<ErrorCode> for str {
+    fn eq(&self, code: &ErrorCode) -> bool {
+        self == code.as_str()
+    }
+}
+
+/// The text of a caught panic's payload (`"a panic"` when it is neither `&str` nor `String`).
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
 }
 
 /// The kernel's result type.

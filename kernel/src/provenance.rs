@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::batch::Status;
+use crate::model::Status;
 
 /// One access as recorded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -17,9 +17,9 @@ use std::fmt;
 use std::path::Path;
 
 use serde_json::Value;
+use sluice_kernel::access::Pattern;
 use sluice_kernel::authorize::Decision;
-use sluice_kernel::manifest::EffectKind;
-use sluice_kernel::pattern::Pattern;
+use sluice_kernel::model::EffectKind;
 
 use crate::error::{PolicyError, Problem};
 
@@ -168,7 +168,7 @@ impl PolicyDocument {
 }
 
 fn esc(key: &str) -> String {
-    sluice_kernel::validate::escape_pointer(key)
+    sluice_kernel::error::escape_pointer(key)
 }
 
 fn problem(problems: &mut Vec<Problem>, pointer: String, message: impl Into<String>) {

@@ -28,7 +28,6 @@
 //! instead of scanning every rule. (Wildcard accesses, rarer, scan the kind's rules.) The tests
 //! hold the index to [`crate::linear`], a plain scan of the same rules.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -37,9 +36,9 @@ use arc_swap::ArcSwap;
 use dashmap::DashSet;
 use serde::Serialize;
 use sluice_kernel::access::Access;
-use sluice_kernel::authorize::{AuthRequest, Authorization, Authorizer, Decision};
-use sluice_kernel::manifest::{AccessMode, EffectKind, Manifest};
-use sluice_kernel::pattern::Pattern;
+use sluice_kernel::access::Pattern;
+use sluice_kernel::authorize::{AuthRequest, Authorization, Authorizer, DecidedBy, Decision};
+use sluice_kernel::model::{AccessMode, EffectKind, Manifest};
 
 use crate::document::{Mode, PolicyDocument, Rule, TenantPolicy};
 use crate::error::PolicyError;
@@ -49,8 +48,8 @@ use crate::error::PolicyError;
 pub struct AccessDecision {
     /// The decision.
     pub decision: Decision,
-    /// The rule id, or `default`.
-    pub by: Cow<'static, str>,
+    /// The rule, or the tenant's default.
+    pub by: DecidedBy,
 }
 
 #[derive(Debug, Default)]
@@ -68,6 +67,8 @@ struct KindIndex {
 #[derive(Debug)]
 struct CompiledTenant {
     policy: TenantPolicy,
+    /// The rules' ids, shared: a decision names its rule without allocating.
+    rule_ids: Vec<Arc<str>>,
     kinds: Vec<KindIndex>,
     tool_rules: Vec<u32>,
 }
@@ -110,6 +111,11 @@ impl CompiledTenant {
             idx.prefix_lens = lens;
         }
         CompiledTenant {
+            rule_ids: policy
+                .rules
+                .iter()
+                .map(|r| Arc::from(r.id.as_str()))
+                .collect(),
             policy,
             kinds,
             tool_rules,
@@ -157,13 +163,13 @@ impl CompiledTenant {
             if let Some(i) = best[d as usize] {
                 return AccessDecision {
                     decision: d,
-                    by: Cow::Owned(self.policy.rules[i as usize].id.clone()),
+                    by: DecidedBy::Rule(self.rule_ids[i as usize].clone()),
                 };
             }
         }
         AccessDecision {
             decision: self.policy.default,
-            by: Cow::Borrowed("default"),
+            by: DecidedBy::Default,
         }
     }
 
@@ -180,7 +186,7 @@ impl CompiledTenant {
         if best.iter().all(Option::is_none) {
             return AccessDecision {
                 decision: Decision::Allow,
-                by: Cow::Borrowed("pure"),
+                by: DecidedBy::Pure,
             };
         }
         self.pick(best)
@@ -229,7 +235,7 @@ impl CompiledPolicy {
 /// use sluice_policy::{PolicyDocument, PolicyEngine};
 /// let doc = |d: &str| PolicyDocument::from_value(&serde_json::json!({"tenants": {"acme": {"default": d}}})).unwrap();
 /// let engine = Arc::new(PolicyEngine::new(doc("deny")));
-/// let kernel = sluice_kernel::kernel::Kernel::builder().authorizer_arc(engine.clone()).build().unwrap();
+/// let kernel = sluice_kernel::run::Kernel::builder().authorizer_arc(engine.clone()).build().unwrap();
 /// engine.reload(doc("allow")); // takes effect for the next call, atomically
 /// # let _ = kernel;
 /// ```
@@ -255,7 +261,7 @@ pub struct Explanation {
     /// The final decision for a call with this one access.
     pub decision: Decision,
     /// What made the final decision.
-    pub by: String,
+    pub by: DecidedBy,
 }
 
 /// One rule's part in an explanation.
@@ -329,7 +335,7 @@ impl PolicyEngine {
     pub fn decide(&self, tenant: &str, tool: &Manifest, accesses: &[Access]) -> Authorization {
         let policy = self.current.load();
         let Some(t) = policy.tenants.get(tenant) else {
-            return Authorization::new(Decision::Deny, "unknown-tenant");
+            return Authorization::new(Decision::Deny, DecidedBy::UnknownTenant);
         };
         let tool_id = tool.id.as_str();
         let access = if accesses.is_empty() {
@@ -350,7 +356,7 @@ impl PolicyEngine {
             }
             strictest.map(|(d, _)| d).unwrap_or(AccessDecision {
                 decision: Decision::Allow,
-                by: Cow::Borrowed("pure"),
+                by: DecidedBy::Pure,
             })
         };
         let mode = t.mode(tool_id, tool.is_read_only());
@@ -369,10 +375,13 @@ impl PolicyEngine {
                 Authorization::new(access.decision, access.by)
             }
             (Decision::Allow, Mode::AlwaysAsk) => {
-                Authorization::new(Decision::Ask, "mode:always_ask")
+                Authorization::new(Decision::Ask, DecidedBy::mode(Mode::AlwaysAsk.as_str()))
             }
             (Decision::Allow, Mode::AskOnFirstUse) if !self.is_approved(tenant, tool) => {
-                let mut a = Authorization::new(Decision::Ask, "mode:ask_on_first_use");
+                let mut a = Authorization::new(
+                    Decision::Ask,
+                    DecidedBy::mode(Mode::AskOnFirstUse.as_str()),
+                );
                 a.first_use = true;
                 a
             }
@@ -396,12 +405,12 @@ impl PolicyEngine {
                 known_tenant: false,
                 access: AccessDecision {
                     decision: Decision::Deny,
-                    by: Cow::Borrowed("unknown-tenant"),
+                    by: DecidedBy::UnknownTenant,
                 },
                 rules: Vec::new(),
                 mode: "-".into(),
                 decision: Decision::Deny,
-                by: "unknown-tenant".into(),
+                by: DecidedBy::UnknownTenant,
             };
         };
         let rules = t
@@ -425,7 +434,7 @@ impl PolicyEngine {
             rules,
             mode: mode.as_str().to_owned(),
             decision: auth.decision,
-            by: auth.by.into_owned(),
+            by: auth.by,
         }
     }
 }

@@ -7,7 +7,9 @@
 //! document atomically while batches run.
 //!
 //! ```
-//! use sluice_kernel::{access::Access, authorize::Decision, manifest::{EffectKind, Manifest}, pattern::Pattern};
+//! use sluice_kernel::access::{Access, Pattern};
+//! use sluice_kernel::authorize::{DecidedBy, Decision};
+//! use sluice_kernel::model::{EffectKind, Manifest};
 //! use sluice_policy::{PolicyDocument, PolicyEngine};
 //!
 //! let doc = PolicyDocument::from_value(&serde_json::json!({"tenants": {"acme": {
@@ -23,7 +25,7 @@
 //!     "effects": [{"kind": "reads", "resource": "memory:{key}"}]})).unwrap();
 //! let read = Access::new(EffectKind::Reads, Pattern::parse("memory:facts").unwrap());
 //! let auth = engine.decide("acme", &tool, &[read]);
-//! assert_eq!((auth.decision, auth.by.as_ref()), (Decision::Allow, "read-memory"));
+//! assert_eq!((auth.decision, auth.by), (Decision::Allow, DecidedBy::rule("read-memory")));
 //! let everything = Access::new(EffectKind::Reads, Pattern::parse("*").unwrap());
 //! assert_eq!(engine.decide("acme", &tool, &[everything]).decision, Decision::Deny); // `*` is not in `memory:*`
 //! ```

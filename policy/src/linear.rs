@@ -5,21 +5,21 @@
 //! and benchmark compare against.
 
 use sluice_kernel::access::Access;
-use sluice_kernel::authorize::{Authorization, Decision};
-use sluice_kernel::manifest::AccessMode;
+use sluice_kernel::authorize::{Authorization, DecidedBy, Decision};
+use sluice_kernel::model::AccessMode;
 
 use crate::document::{Mode, PolicyDocument, TenantPolicy};
 
 /// The decision and reason for one access by scanning every rule.
-pub fn decide_access(t: &TenantPolicy, tool: &str, access: &Access) -> (Decision, String) {
+pub fn decide_access(t: &TenantPolicy, tool: &str, access: &Access) -> (Decision, DecidedBy) {
     for d in [Decision::Deny, Decision::Ask, Decision::Allow] {
         for r in &t.rules {
             if r.decision == d && r.applies(access.kind, tool, &access.resource) {
-                return (d, r.id.clone());
+                return (d, DecidedBy::rule(r.id.as_str()));
             }
         }
     }
-    (t.default, "default".into())
+    (t.default, DecidedBy::Default)
 }
 
 /// The decision for a call by scanning every rule (`approved`: whether the tool's first use was
@@ -33,21 +33,21 @@ pub fn decide(
     approved: bool,
 ) -> Authorization {
     let Some(t) = doc.tenants.get(tenant) else {
-        return Authorization::new(Decision::Deny, "unknown-tenant");
+        return Authorization::new(Decision::Deny, DecidedBy::UnknownTenant);
     };
     let (decision, by) = if accesses.is_empty() {
-        let mut out = (Decision::Allow, "pure".to_string());
+        let mut out = (Decision::Allow, DecidedBy::Pure);
         'found: for d in [Decision::Deny, Decision::Ask, Decision::Allow] {
             for r in &t.rules {
                 if r.decision == d && r.is_tool_rule() && r.matches_tool(tool) {
-                    out = (d, r.id.clone());
+                    out = (d, DecidedBy::rule(r.id.as_str()));
                     break 'found;
                 }
             }
         }
         out
     } else {
-        let mut best = (Decision::Allow, String::new());
+        let mut best = (Decision::Allow, DecidedBy::Pure);
         let mut best_write = false;
         let mut first = true;
         for a in accesses {
@@ -74,9 +74,14 @@ pub fn decide(
     match decision {
         Decision::Deny | Decision::Ask => Authorization::new(decision, by),
         Decision::Allow => match mode {
-            Mode::AlwaysAsk => Authorization::new(Decision::Ask, "mode:always_ask"),
+            Mode::AlwaysAsk => {
+                Authorization::new(Decision::Ask, DecidedBy::mode(Mode::AlwaysAsk.as_str()))
+            }
             Mode::AskOnFirstUse if !approved => {
-                let mut a = Authorization::new(Decision::Ask, "mode:ask_on_first_use");
+                let mut a = Authorization::new(
+                    Decision::Ask,
+                    DecidedBy::mode(Mode::AskOnFirstUse.as_str()),
+                );
                 a.first_use = true;
                 a
             }

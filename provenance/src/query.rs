@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 use serde_json::{json, Map, Value};
-use sluice_kernel::pattern::Pattern;
+use sluice_kernel::access::Pattern;
 use sluice_kernel::provenance::{CallRecord, EdgeRecord, Record};
 
 /// A call, named by its batch and id.

@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use serde_json::Value;
-use sluice::kernel::batch::Batch;
 use sluice::kernel::builtin::{self, BuiltinConfig, KvStore};
-use sluice::kernel::load::{parse_json, read_manifests};
-use sluice::kernel::registry::ToolRegistry;
+use sluice::kernel::model::{parse_json, read_manifests};
+use sluice::kernel::transport::ToolRegistry;
+use sluice::kernel::Batch;
 
 use super::Failure;
 
@@ -68,7 +68,7 @@ pub(crate) fn read_json_arg(path: &Path) -> anyhow::Result<Value> {
             })?;
         return Ok(parse_json(Path::new("<stdin>"), &text)?);
     }
-    Ok(sluice::kernel::load::read_json(path)?)
+    Ok(sluice::kernel::model::read_json(path)?)
 }
 
 /// Reads and parses a batch document.

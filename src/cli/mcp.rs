@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::{json, Value};
-use sluice::kernel::manifest::McpEndpoint;
-use sluice::kernel::mcp::{import_manifests, ImportOptions, McpOptions};
-use sluice::kernel::validate::{self, ValidateOptions};
+use sluice::kernel::model::McpEndpoint;
+use sluice::kernel::model::{self, ValidateOptions};
+use sluice::kernel::transport::mcp::{import_manifests, ImportOptions, McpOptions};
 
 use super::{invalid, Failure};
 
@@ -82,7 +82,7 @@ pub(crate) fn run(command: Command) -> anyhow::Result<ExitCode> {
     let imported = runtime.block_on(import_manifests(&endpoint, &options))?;
     let mut invalid_tools = Vec::new();
     for m in &imported.manifests {
-        let report = validate::validate(m, ValidateOptions::default());
+        let report = model::validate(m, ValidateOptions::default());
         if !report.is_valid() {
             let errors: Vec<String> = report
                 .errors

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use clap::ValueEnum;
 use serde_json::{json, Value};
 use sluice::kernel::access::Normalizers;
-use sluice::kernel::authorize::{Authorization, Decision};
-use sluice::kernel::plan::Plan;
+use sluice::kernel::authorize::{Authorization, DecidedBy, Decision};
+use sluice::kernel::order::Plan;
 
 use super::common::{read_batch, BatchInput};
 use super::invalid;
@@ -48,7 +48,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             .iter()
             .map(|c| match &c.tool {
                 Some(t) => e.decide(&plan.tenant, t.manifest(), &c.accesses),
-                None => Authorization::new(Decision::Deny, "unknown-tool"),
+                None => Authorization::new(Decision::Deny, DecidedBy::UnknownTool),
             })
             .collect()
     });

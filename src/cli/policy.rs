@@ -6,10 +6,10 @@ use std::process::ExitCode;
 use std::sync::Mutex;
 
 use clap::Subcommand;
+use sluice::kernel::access::Pattern;
 use sluice::kernel::authorize::{ApprovalFuture, ApprovalOutcome, ApprovalRequest, Approver};
 use sluice::kernel::builtin::KvStore;
-use sluice::kernel::manifest::EffectKind;
-use sluice::kernel::pattern::Pattern;
+use sluice::kernel::model::EffectKind;
 use sluice::policy::{PolicyDocument, PolicyEngine, PolicyError};
 
 use super::common::load_tools;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Subcommand, ValueEnum};
 use serde_json::json;
-use sluice::kernel::pattern::Pattern;
+use sluice::kernel::access::Pattern;
 use sluice::kernel::provenance::{BatchRecord, Record};
 use sluice::provenance::{query, verify_file, Durability, ProvenanceLog, VerifyError};
 

@@ -8,9 +8,9 @@ use clap::ValueEnum;
 use serde_json::{json, Value};
 use sluice::kernel::adapters::{self, ToolNames};
 use sluice::kernel::authorize::{ApproveAll, RejectAll};
-use sluice::kernel::batch::{BatchResult, CallResult};
-use sluice::kernel::context::EnvSecrets;
-use sluice::kernel::kernel::{Kernel, OnFailure};
+use sluice::kernel::run::{Kernel, OnFailure};
+use sluice::kernel::transport::EnvSecrets;
+use sluice::kernel::{BatchResult, CallResult};
 use sluice::provenance::Durability;
 
 use super::common::{read_batch, BatchInput};

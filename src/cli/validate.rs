@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use serde_json::{json, Value};
 use sluice::kernel::builtin::{self, BuiltinConfig};
-use sluice::kernel::load::{read_manifests, ManifestSource};
-use sluice::kernel::validate::{validate, Diagnostic, ValidateOptions};
+use sluice::kernel::model::{read_manifests, ManifestSource};
+use sluice::kernel::model::{validate, Diagnostic, ValidateOptions};
 
 use super::TextOrJson;
 

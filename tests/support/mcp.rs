@@ -71,20 +71,20 @@ pub fn mcp_manifest(id: &str, endpoint: &str, extra: serde_json::Value) -> serde
 }
 
 /// A registered tool with no handler (the kernel resolves its transport).
-pub fn unresolved_tool(manifest: serde_json::Value) -> sluice_kernel::registry::Tool {
+pub fn unresolved_tool(manifest: serde_json::Value) -> sluice_kernel::transport::Tool {
     let manifest =
-        sluice_kernel::manifest::Manifest::from_value(manifest).expect("test manifest parses");
-    sluice_kernel::registry::Tool::new(
+        sluice_kernel::model::Manifest::from_value(manifest).expect("test manifest parses");
+    sluice_kernel::transport::Tool::new(
         manifest,
-        sluice_kernel::load::ManifestSource::built_in(),
+        sluice_kernel::model::ManifestSource::built_in(),
         None,
     )
     .expect("test tool compiles")
 }
 
 /// A kernel of tools whose transports it resolves itself.
-pub fn kernel_of(manifests: Vec<serde_json::Value>) -> sluice_kernel::kernel::Kernel {
-    let mut b = sluice_kernel::kernel::Kernel::builder();
+pub fn kernel_of(manifests: Vec<serde_json::Value>) -> sluice_kernel::run::Kernel {
+    let mut b = sluice_kernel::run::Kernel::builder();
     for m in manifests {
         b = b.tool(unresolved_tool(m));
     }
@@ -93,15 +93,12 @@ pub fn kernel_of(manifests: Vec<serde_json::Value>) -> sluice_kernel::kernel::Ke
 
 /// Runs a batch of one call for tenant `t`.
 pub async fn run_one(
-    k: &sluice_kernel::kernel::Kernel,
+    k: &sluice_kernel::run::Kernel,
     id: &str,
     tool: &str,
     input: serde_json::Value,
-) -> sluice_kernel::batch::BatchResult {
-    let batch = sluice_kernel::batch::Batch::new(
-        "t",
-        vec![sluice_kernel::batch::Call::new(id, tool, input)],
-    )
-    .expect("a one-call batch");
+) -> sluice_kernel::BatchResult {
+    let batch = sluice_kernel::Batch::new("t", vec![sluice_kernel::Call::new(id, tool, input)])
+        .expect("a one-call batch");
     k.run(batch).await.expect("the batch runs")
 }

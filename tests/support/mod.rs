@@ -111,8 +111,8 @@ pub fn tool(
     id: &str,
     effects: serde_json::Value,
     mutating: bool,
-    handler: std::sync::Arc<dyn sluice_kernel::tool::Handler>,
-) -> sluice_kernel::registry::Tool {
+    handler: std::sync::Arc<dyn sluice_kernel::transport::Handler>,
+) -> sluice_kernel::transport::Tool {
     tool_with(
         serde_json::json!({"id": id, "effects": effects, "mutating": mutating}),
         handler,
@@ -121,9 +121,9 @@ pub fn tool(
 
 /// A tool writing `x:{key}` for kernel tests: it sleeps `input.ms` (on tokio's clock), panics
 /// when `input.panic` is true and fails (`broken`) when `input.fail` is true.
-pub fn writer(id: &str) -> sluice_kernel::registry::Tool {
+pub fn writer(id: &str) -> sluice_kernel::transport::Tool {
     use serde_json::{json, Value};
-    use sluice_kernel::tool::{handler, ToolContext, ToolError};
+    use sluice_kernel::transport::{handler, ToolContext, ToolError};
     tool(
         id,
         json!([{"kind": "writes", "resource": "x:{key}"}]),
@@ -147,8 +147,8 @@ pub fn writer(id: &str) -> sluice_kernel::registry::Tool {
 /// filled in when absent).
 pub fn tool_with(
     partial: serde_json::Value,
-    handler: std::sync::Arc<dyn sluice_kernel::tool::Handler>,
-) -> sluice_kernel::registry::Tool {
+    handler: std::sync::Arc<dyn sluice_kernel::transport::Handler>,
+) -> sluice_kernel::transport::Tool {
     let mut m = serde_json::json!({"description": "test tool", "version": "1.0.0",
                                    "input": {"type": "object"}, "output": {}});
     for (k, v) in partial
@@ -157,10 +157,10 @@ pub fn tool_with(
     {
         m[k] = v.clone();
     }
-    let manifest = sluice_kernel::manifest::Manifest::from_value(m).expect("test manifest parses");
-    sluice_kernel::registry::Tool::new(
+    let manifest = sluice_kernel::model::Manifest::from_value(m).expect("test manifest parses");
+    sluice_kernel::transport::Tool::new(
         manifest,
-        sluice_kernel::load::ManifestSource::built_in(),
+        sluice_kernel::model::ManifestSource::built_in(),
         Some(handler),
     )
     .expect("test tool compiles")

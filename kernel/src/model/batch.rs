@@ -1,4 +1,5 @@
-//! Batches and calls: what goes in, and what comes out.
+//! Batches and calls: what goes in, and how a call can end ([`Status`], [`CallError`]); the
+//! results themselves are [`crate::run::CallResult`] and [`crate::run::BatchResult`].
 //!
 //! Takes in: a batch document (`{"tenant": "acme", "calls": [{"id", "tool", "input"}, ...]}`) or
 //! calls built in code. Hands on: a [`Batch`] whose call ids are unique, in submission order.
@@ -78,7 +79,7 @@ impl Batch {
     /// JSON pointer.
     ///
     /// ```
-    /// use sluice_kernel::batch::Batch;
+    /// use sluice_kernel::Batch;
     /// let b = Batch::from_value(&serde_json::json!({
     ///     "tenant": "acme", "calls": [{"id": "c1", "tool": "sluice.echo", "input": {}}]
     /// })).unwrap();
@@ -100,7 +101,7 @@ impl Batch {
         for key in top.keys() {
             if key != "tenant" && key != "calls" {
                 return Err(malformed(
-                    &format!("/{}", crate::validate::escape_pointer(key)),
+                    &format!("/{}", crate::error::escape_pointer(key)),
                     &format!("unknown field `{key}` (a batch has `tenant` and `calls`)"),
                 ));
             }
@@ -130,7 +131,7 @@ impl Batch {
             for key in obj.keys() {
                 if !matches!(key.as_str(), "id" | "tool" | "input") {
                     return Err(malformed(
-                        &format!("{at}/{}", crate::validate::escape_pointer(key)),
+                        &format!("{at}/{}", crate::error::escape_pointer(key)),
                         &format!("unknown field `{key}` (a call has `id`, `tool` and `input`)"),
                     ));
                 }
@@ -228,48 +229,5 @@ impl CallError {
             code: code.into(),
             message: message.into(),
         }
-    }
-}
-
-/// One call's result.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CallResult {
-    /// The call id.
-    pub id: String,
-    /// The tool id.
-    pub tool: String,
-    /// How it ended.
-    pub status: Status,
-    /// The output, for `ok`.
-    pub output: Option<Value>,
-    /// Why it did not end `ok`.
-    pub error: Option<CallError>,
-    /// When the handler started, from the batch's start (`None` if it never started).
-    pub started: Option<std::time::Duration>,
-    /// When it ended, from the batch's start (`None` if it never started).
-    pub ended: Option<std::time::Duration>,
-    /// The authorization (`None` for a call refused before authorization).
-    pub authorization: Option<crate::authorize::Authorization>,
-    /// Who approved (or rejected) an ask.
-    pub approver: Option<String>,
-}
-
-/// A batch's results, in submission order.
-#[derive(Debug, Clone, PartialEq)]
-pub struct BatchResult {
-    /// The batch id the kernel gave it.
-    pub batch_id: String,
-    /// The tenant.
-    pub tenant: String,
-    /// One result per call, in submission order.
-    pub results: Vec<CallResult>,
-    /// From the batch's start to its last call's end.
-    pub makespan: std::time::Duration,
-}
-
-impl BatchResult {
-    /// The result of the call with this id.
-    pub fn get(&self, id: &str) -> Option<&CallResult> {
-        self.results.iter().find(|r| r.id == id)
     }
 }

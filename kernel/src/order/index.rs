@@ -1,8 +1,9 @@
 //! The conflict graph: which call waits for which, and why.
 //!
 //! Takes in: calls one at a time in submission order, each as its list of [`Access`]es. Hands on:
-//! for each call at once, its edges from earlier calls; and, for a whole batch, a petgraph
-//! [`ConflictGraph`] with levels ("waves") and a critical path.
+//! for each call at once, its edges from earlier calls ([`ConflictIndex`]). For a whole batch,
+//! [`super::ConflictGraph`] keeps the edges as a graph with levels ("waves") and a critical
+//! path.
 //!
 //! # The rule
 //!
@@ -44,7 +45,7 @@
 //!   later access that overlaps the removed pattern overlaps `p` too, and `p` is ordered after the
 //!   removed entry, so the path goes through `p`.
 //!
-//! The tests hold this builder to [`naive_edges`], the all-pairs reference, on random batches:
+//! The tests hold this builder to [`super::naive_edges`], the all-pairs reference, on random batches:
 //! every conflicting pair is joined by a path, and every edge joins a conflicting pair.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -53,13 +54,10 @@ use std::fmt;
 use hashbrown::hash_map::RawEntryMut;
 use hashbrown::HashMap;
 
-use petgraph::stable_graph::{NodeIndex, StableDiGraph};
-use petgraph::Direction;
 use serde::{Deserialize, Serialize};
 
-use crate::access::Access;
-use crate::manifest::AccessMode;
-use crate::pattern::Pattern;
+use crate::access::{Access, Pattern};
+use crate::model::AccessMode;
 
 /// The kind of a conflict edge, from the modes of the two accesses that cause it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -230,9 +228,9 @@ struct Bucket {
 ///
 /// ```
 /// use sluice_kernel::access::Access;
-/// use sluice_kernel::graph::{ConflictIndex, EdgeKind};
-/// use sluice_kernel::manifest::EffectKind;
-/// use sluice_kernel::pattern::Pattern;
+/// use sluice_kernel::order::{ConflictIndex, EdgeKind};
+/// use sluice_kernel::model::EffectKind;
+/// use sluice_kernel::access::Pattern;
 ///
 /// let w = |r: &str| Access::new(EffectKind::Writes, Pattern::parse(r).unwrap());
 /// let r = |r: &str| Access::new(EffectKind::Reads, Pattern::parse(r).unwrap());
@@ -679,166 +677,5 @@ impl ConflictIndex {
     /// Whether the index holds no state at all.
     pub fn is_empty(&self) -> bool {
         self.exact.is_empty() && self.wild.is_empty()
-    }
-}
-
-/// The reference builder: compares every pair of calls, and keeps every conflicting pair as an
-/// edge (no edge is left out). Quadratic; for tests and benchmarks.
-pub fn naive_edges(calls: &[Vec<Access>]) -> Vec<Edge> {
-    let mut edges = Vec::new();
-    for (j, later) in calls.iter().enumerate() {
-        for (i, earlier) in calls[..j].iter().enumerate() {
-            if let Some((resource, kind)) = first_conflict(earlier, later) {
-                edges.push(Edge {
-                    from: i,
-                    to: j,
-                    resource,
-                    kind,
-                });
-            }
-        }
-    }
-    edges
-}
-
-/// The first conflict between two calls' accesses, if any.
-pub fn first_conflict(earlier: &[Access], later: &[Access]) -> Option<(Pattern, EdgeKind)> {
-    for b in later {
-        for a in earlier {
-            if let Some(kind) = EdgeKind::between(a.mode(), b.mode()) {
-                if a.resource.overlaps(&b.resource) {
-                    return Some((b.resource.clone(), kind));
-                }
-            }
-        }
-    }
-    None
-}
-
-/// A batch's conflict graph: nodes are calls by position, edges are [`Edge`]s.
-#[derive(Debug, Default)]
-pub struct ConflictGraph {
-    graph: StableDiGraph<usize, Edge>,
-    nodes: Vec<NodeIndex>,
-    index: ConflictIndex,
-    scratch: Vec<Edge>,
-}
-
-impl ConflictGraph {
-    /// An empty graph.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Adds the next call (position = number of calls added before) and returns its position.
-    pub fn add_call(&mut self, accesses: &[Access]) -> usize {
-        let pos = self.nodes.len();
-        let node = self.graph.add_node(pos);
-        self.nodes.push(node);
-        self.scratch.clear();
-        self.index.insert(pos, accesses, &mut self.scratch);
-        for e in self.scratch.drain(..) {
-            self.graph.add_edge(self.nodes[e.from], node, e);
-        }
-        pos
-    }
-
-    /// Number of calls.
-    pub fn len(&self) -> usize {
-        self.nodes.len()
-    }
-
-    /// Whether no call was added.
-    pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
-    }
-
-    /// The underlying petgraph graph (node weights are call positions).
-    pub fn graph(&self) -> &StableDiGraph<usize, Edge> {
-        &self.graph
-    }
-
-    /// All edges, ordered by target then source.
-    pub fn edges(&self) -> Vec<&Edge> {
-        let mut edges: Vec<&Edge> = self.graph.edge_weights().collect();
-        edges.sort_by_key(|e| (e.to, e.from));
-        edges
-    }
-
-    /// The positions of the calls `call` waits for directly, ascending.
-    pub fn predecessors(&self, call: usize) -> Vec<usize> {
-        let mut p: Vec<usize> = self
-            .graph
-            .edges_directed(self.nodes[call], Direction::Incoming)
-            .map(|e| e.weight().from)
-            .collect();
-        p.sort_unstable();
-        p
-    }
-
-    /// The positions of the calls that wait directly for `call`, ascending.
-    pub fn successors(&self, call: usize) -> Vec<usize> {
-        let mut s: Vec<usize> = self
-            .graph
-            .edges_directed(self.nodes[call], Direction::Outgoing)
-            .map(|e| e.weight().to)
-            .collect();
-        s.sort_unstable();
-        s
-    }
-
-    /// For each call, the number of calls on its longest chain of predecessors.
-    pub fn levels(&self) -> Vec<usize> {
-        let mut level = vec![0usize; self.nodes.len()];
-        // Edges always go from an earlier position to a later one: positions are a topological
-        // order.
-        for to in 0..self.nodes.len() {
-            for e in self
-                .graph
-                .edges_directed(self.nodes[to], Direction::Incoming)
-            {
-                level[to] = level[to].max(level[e.weight().from] + 1);
-            }
-        }
-        level
-    }
-
-    /// The calls grouped by level: `waves()[k]` holds the calls whose longest chain of
-    /// predecessors has `k` calls. Informative only: execution never waits for a wave.
-    pub fn waves(&self) -> Vec<Vec<usize>> {
-        let levels = self.levels();
-        let depth = levels.iter().max().map_or(0, |m| m + 1);
-        let mut waves = vec![Vec::new(); depth];
-        for (call, l) in levels.into_iter().enumerate() {
-            waves[l].push(call);
-        }
-        waves
-    }
-
-    /// A longest chain of calls (by count), first to last; the earliest such chain.
-    pub fn critical_path(&self) -> Vec<usize> {
-        let levels = self.levels();
-        let Some(mut at) = (0..levels.len()).max_by_key(|i| (levels[*i], std::cmp::Reverse(*i)))
-        else {
-            return Vec::new();
-        };
-        let mut path = vec![at];
-        while levels[at] > 0 {
-            let prev = self
-                .graph
-                .edges_directed(self.nodes[at], Direction::Incoming)
-                .map(|e| e.weight().from)
-                .filter(|p| levels[*p] + 1 == levels[at])
-                .min();
-            match prev {
-                Some(p) => {
-                    path.push(p);
-                    at = p;
-                }
-                None => break,
-            }
-        }
-        path.reverse();
-        path
     }
 }

@@ -24,36 +24,17 @@
 
 use std::sync::OnceLock;
 
-use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::access::ResourceTemplate;
-use crate::manifest::{
+use super::manifest::{
     AccessMode, CodeArtifactRef, HttpRequestBodySpec, Manifest, NetworkPolicy, ToolSpec, Transport,
 };
-use crate::template::{TextTemplate, UrlTemplate};
+use super::template::{self, TextTemplate, UrlTemplate};
+use crate::error::escape_pointer;
+use crate::error::Diagnostic;
 
 /// The project's JSON Schema for Kindgi tool manifests, schema 1.1.0.
-pub const MANIFEST_SCHEMA: &str = include_str!("../schema/tool.schema.json");
-
-/// One finding: where (a JSON pointer into the manifest) and what (a sentence).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Diagnostic {
-    /// JSON pointer (RFC 6901) of the value the finding is about; `""` is the whole manifest.
-    pub pointer: String,
-    /// What is wrong, for a person.
-    pub message: String,
-}
-
-impl Diagnostic {
-    /// Builds a diagnostic.
-    pub fn new(pointer: impl Into<String>, message: impl Into<String>) -> Self {
-        Diagnostic {
-            pointer: pointer.into(),
-            message: message.into(),
-        }
-    }
-}
+pub const MANIFEST_SCHEMA: &str = include_str!("../../schema/tool.schema.json");
 
 /// The verdict on one manifest.
 #[derive(Debug, Clone, Default)]
@@ -102,7 +83,7 @@ pub fn schema_accepts(value: &Value) -> bool {
 /// Validates one manifest: shape, rules, lints.
 ///
 /// ```
-/// use sluice_kernel::validate::{validate, ValidateOptions};
+/// use sluice_kernel::model::{validate, ValidateOptions};
 /// let report = validate(&serde_json::json!({
 ///     "id": "acme.kv-get", "description": "Get", "version": "1.0.0",
 ///     "input": {"type": "object"}, "output": {"type": "object"},
@@ -185,11 +166,6 @@ fn humanize(msg: &str) -> String {
     msg.replace("is a required property", "is required")
 }
 
-/// Escapes a key for use in a JSON pointer (RFC 6901).
-pub fn escape_pointer(key: &str) -> String {
-    key.replace('~', "~0").replace('/', "~1")
-}
-
 const DRAFT_2020_12: &str = "https://json-schema.org/draft/2020-12/schema";
 
 /// The dialect a tool's input or output schema is in: Draft 2020-12, or for an MCP tool what its
@@ -226,7 +202,7 @@ pub fn schema_dialect(
 
 /// Compiles one of a tool's schemas in its dialect. No `$ref` is ever fetched from the network
 /// or the file system.
-pub fn compile_schema(
+pub(crate) fn compile_schema(
     manifest: &Manifest,
     schema: &Map<String, Value>,
 ) -> Result<jsonschema::Validator, String> {
@@ -274,8 +250,12 @@ fn rules(m: &Manifest, options: ValidateOptions, report: &mut Report) {
     for (i, e) in m.effects().iter().enumerate() {
         if let Some(r) = &e.resource {
             let pointer = format!("/effects/{i}/resource");
-            match ResourceTemplate::parse(r) {
-                Ok(t) => undeclared(pointer, t.placeholders(), warnings),
+            match template::resource_placeholders(r) {
+                Ok(names) => undeclared(
+                    pointer,
+                    names.iter().map(String::as_str).collect(),
+                    warnings,
+                ),
                 Err(err) => errors.push(Diagnostic::new(
                     pointer,
                     format!("the resource template `{r}` is not well formed {err}"),
@@ -384,7 +364,7 @@ fn rules(m: &Manifest, options: ValidateOptions, report: &mut Report) {
                 ));
             }
         }
-        if let Some(crate::manifest::HttpAuthSpec::Header { header_name, .. }) = &http.authorization
+        if let Some(super::manifest::HttpAuthSpec::Header { header_name, .. }) = &http.authorization
         {
             if !header_name.bytes().all(is_header_name_byte) {
                 errors.push(Diagnostic::new(
@@ -485,7 +465,7 @@ fn rules(m: &Manifest, options: ValidateOptions, report: &mut Report) {
             let network_effect = m
                 .effects()
                 .iter()
-                .position(|e| e.kind == crate::manifest::EffectKind::Network);
+                .position(|e| e.kind == super::manifest::EffectKind::Network);
             if let Some(i) = network_effect {
                 warnings.push(Diagnostic::new(
                     format!("/effects/{i}"),

@@ -122,7 +122,7 @@ impl Pattern {
     /// Parses pattern text.
     ///
     /// ```
-    /// use sluice_kernel::pattern::Pattern;
+    /// use sluice_kernel::access::Pattern;
     /// let p = Pattern::parse("fs:/a/*.rs").unwrap();
     /// assert!(p.matches("fs:/a/b/c.rs"));
     /// assert!(p.overlaps(&Pattern::parse("fs:*/b.rs").unwrap()));

@@ -36,12 +36,13 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use crate::manifest::{
+use super::context::ToolContext;
+use super::handler::{Handler, HandlerFuture, SpecSynthesizer, ToolError};
+use crate::error::ErrorCode;
+use crate::model::{
     HttpAuthSpec, HttpMethod, HttpRequestBodySpec, HttpToolSpec, Manifest, NetworkPolicy, ToolSpec,
 };
-use crate::template::{TextPart, TextTemplate, UrlTemplate};
-use crate::tool::{Handler, HandlerFuture, ToolContext, ToolError};
-use crate::transport::SpecSynthesizer;
+use crate::model::{TextPart, TextTemplate, UrlTemplate};
 
 /// Options of the HTTP synthesizer.
 #[derive(Debug, Clone, Copy, Default)]
@@ -134,7 +135,7 @@ pub fn percent_encode(s: &str) -> String {
 }
 
 fn invalid(message: String) -> ToolError {
-    ToolError::new("invalid-input", message)
+    ToolError::new(ErrorCode::InvalidInput, message)
 }
 
 /// The text of a placeholder's value: a primitive, or `invalid-input` naming it.
@@ -279,7 +280,10 @@ impl HttpTool {
             self.options.allow_metadata,
         )
         .map_err(|why| {
-            ToolError::new("egress-denied", format!("the request was not sent: {why}"))
+            ToolError::new(
+                ErrorCode::EgressDenied,
+                format!("the request was not sent: {why}"),
+            )
         })?;
         // 2. The secret.
         let mut headers: Vec<(String, String)> = Vec::new();
@@ -367,7 +371,7 @@ impl HttpTool {
         let (status, bytes) = match tokio::time::timeout(timeout, exchange).await {
             Err(_) => {
                 return Err(ToolError::new(
-                    "timeout",
+                    ErrorCode::Timeout,
                     format!("no complete response within {} ms", timeout.as_millis()),
                 ))
             }
@@ -377,7 +381,7 @@ impl HttpTool {
                 } else {
                     source_chain(&e)
                 };
-                return Err(ToolError::new("http-failed", why));
+                return Err(ToolError::new(ErrorCode::HttpFailed, why));
             }
             Ok(Ok(r)) => r,
         };
@@ -388,7 +392,7 @@ impl HttpTool {
         if status < min || status > max {
             let head = String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into_owned();
             return Err(ToolError::new(
-                "http-status",
+                ErrorCode::HttpStatus,
                 format!("the server answered {status} (success is {min}..={max}): {head}"),
             ));
         }
@@ -400,7 +404,7 @@ impl HttpTool {
         }
         serde_json::from_slice(&bytes).map_err(|e| {
             ToolError::new(
-                "invalid-response",
+                ErrorCode::InvalidResponse,
                 format!(
                     "the response body is not JSON ({e}): {}",
                     String::from_utf8_lossy(&bytes[..bytes.len().min(512)])
@@ -424,13 +428,13 @@ fn source_chain(e: &dyn std::error::Error) -> String {
 fn secret(ctx: &ToolContext, name: &str) -> Result<String, ToolError> {
     let s = ctx.resolve_secret(name).map_err(|e| {
         ToolError::new(
-            "secret-unavailable",
+            ErrorCode::SecretUnavailable,
             format!("the request was not sent: {e}"),
         )
     })?;
     if s.contains(['\r', '\n']) {
         return Err(ToolError::new(
-            "secret-unavailable",
+            ErrorCode::SecretUnavailable,
             format!("the request was not sent: the secret `{name}` holds a CR or LF"),
         ));
     }
@@ -485,7 +489,7 @@ mod tests {
     #[test]
     fn allowlists_match_exactly() {
         let list = NetworkPolicy::Allowlist {
-            hosts: vec![crate::manifest::NonEmptyString::new("api.example.com").unwrap()],
+            hosts: vec![crate::model::NonEmptyString::new("api.example.com").unwrap()],
         };
         assert!(check_egress(Some(&list), "API.example.com", false).is_ok());
         assert!(check_egress(Some(&list), "x.api.example.com", false).is_err());

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 
 use crate::error::{Error, Result};
-use crate::manifest::McpEndpoint;
+use crate::model::McpEndpoint;
 
 use super::session::{Endpoint, McpOptions};
 
@@ -195,7 +195,7 @@ mod tests {
         assert_eq!(m["metadata"]["mcpTool"], "get-sum");
         assert_eq!(m["metadata"]["mcpAnnotations"]["readOnlyHint"], true);
         assert_eq!(m["output"], json!({}));
-        let report = crate::validate::validate(&m, Default::default());
+        let report = crate::model::validate(&m, Default::default());
         assert!(report.is_valid(), "{:?}", report.errors);
     }
 
@@ -215,7 +215,7 @@ mod tests {
             let m = manifest_of(&tool(hints), &endpoint(), "ev", "1.2.3");
             assert_eq!(m["mutating"], true);
             assert!(m.get("effects").is_none(), "{m}");
-            let manifest = crate::manifest::Manifest::from_value(m).unwrap();
+            let manifest = crate::model::Manifest::from_value(m).unwrap();
             let plan = crate::access::AccessPlan::compile(&manifest).unwrap();
             let accesses = plan.accesses(&json!({}), &Default::default());
             assert_eq!(accesses.len(), 1, "runs alone: one implicit write of *");

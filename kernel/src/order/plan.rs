@@ -9,11 +9,11 @@
 
 use std::sync::Arc;
 
+use super::graph::ConflictGraph;
 use crate::access::{Access, Normalizers};
-use crate::batch::{Batch, Call};
-use crate::graph::ConflictGraph;
-use crate::registry::{Tool, ToolRegistry};
-use crate::validate::Diagnostic;
+use crate::error::{Diagnostic, ErrorCode};
+use crate::model::{Batch, Call};
+use crate::transport::{Tool, ToolRegistry};
 
 /// Why a call cannot be run at all, found before it is scheduled.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,12 +30,13 @@ pub enum Rejection {
 }
 
 impl Rejection {
-    /// The error code the call's result carries (`unknown-tool` or `invalid-input`).
-    pub fn code(&self) -> &'static str {
+    /// The error code the call's result carries (`unknown-tool`, `invalid-input` or
+    /// `internal`).
+    pub fn code(&self) -> ErrorCode {
         match self {
-            Rejection::UnknownTool => "unknown-tool",
-            Rejection::InvalidInput(_) | Rejection::Malformed(_) => "invalid-input",
-            Rejection::Internal(_) => "internal",
+            Rejection::UnknownTool => ErrorCode::UnknownTool,
+            Rejection::InvalidInput(_) | Rejection::Malformed(_) => ErrorCode::InvalidInput,
+            Rejection::Internal(_) => ErrorCode::Internal,
         }
     }
 
@@ -100,7 +101,7 @@ impl PreparedCall {
                 Vec::new(),
                 Some(Rejection::Internal(format!(
                     "computing its accesses panicked (a resource normalizer?): {}",
-                    crate::panic_message(payload.as_ref())
+                    crate::error::panic_message(payload.as_ref())
                 ))),
             ),
         };
@@ -135,7 +136,7 @@ impl Plan {
     /// Plans a batch.
     ///
     /// ```
-    /// use sluice_kernel::{access::Normalizers, batch::Batch, builtin, plan::Plan};
+    /// use sluice_kernel::{access::Normalizers, builtin, order::Plan, Batch};
     /// let registry = builtin::registry(builtin::BuiltinConfig::default()).unwrap();
     /// let batch = Batch::from_value(&serde_json::json!({"tenant": "t", "calls": [
     ///     {"id": "a", "tool": "sluice.kv.put", "input": {"key": "k", "value": 1}},

@@ -1,6 +1,6 @@
 //! The tool registry: manifests, compiled once, with their handlers.
 //!
-//! Takes in: manifests (as JSON from [`crate::load`], or parsed) and, for native tools, their
+//! Takes in: manifests (as JSON from [`crate::model::read_manifests`], or parsed) and, for native tools, their
 //! handlers. Hands on: [`Tool`]s by id — each with its input and output schemas compiled once,
 //! its [`AccessPlan`], and where it came from — for planning and dispatch. Registration refuses an
 //! invalid manifest (with every error and its JSON pointer) and a second tool with an id already
@@ -12,12 +12,10 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::handler::Handler;
 use crate::access::{Access, AccessPlan, Normalizers};
-use crate::error::{Error, Result};
-use crate::load::{ManifestSource, RawManifest};
-use crate::manifest::Manifest;
-use crate::tool::Handler;
-use crate::validate::{self, compile_schema, Diagnostic, ValidateOptions};
+use crate::error::{Diagnostic, Error, Result};
+use crate::model::{self, compile_schema, Manifest, ManifestSource, RawManifest, ValidateOptions};
 
 /// A registered tool.
 pub struct Tool {
@@ -45,14 +43,14 @@ impl fmt::Debug for Tool {
 }
 
 impl Tool {
-    /// Compiles a parsed manifest. Checks the rules beyond the schema, as [`validate::validate`]
+    /// Compiles a parsed manifest. Checks the rules beyond the schema, as [`model::validate`]
     /// does (lints are not errors).
     pub fn new(
         manifest: Manifest,
         source: ManifestSource,
         handler: Option<Arc<dyn Handler>>,
     ) -> Result<Self> {
-        let report = validate::validate(&manifest.to_value(), ValidateOptions::default());
+        let report = model::validate(&manifest.to_value(), ValidateOptions::default());
         if !report.is_valid() {
             return Err(invalid(&source, report.errors));
         }
@@ -216,7 +214,7 @@ impl ToolRegistry {
 
     /// Validates and registers a manifest read from a file (no handler).
     pub fn insert_raw(&mut self, raw: RawManifest) -> Result<()> {
-        let report = validate::validate(&raw.value, ValidateOptions::default());
+        let report = model::validate(&raw.value, ValidateOptions::default());
         match report.manifest {
             Some(m) if report.errors.is_empty() => self.insert(Tool::compile(m, raw.source, None)?),
             _ => Err(invalid(&raw.source, report.errors)),

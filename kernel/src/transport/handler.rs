@@ -1,4 +1,6 @@
-//! Native tools: the handler trait and what a handler returns.
+//! The contracts a tool's implementation meets: the [`Handler`] that carries out a call, what it
+//! returns ([`ToolError`] when it fails), and the [`SpecSynthesizer`] that makes a handler from a
+//! declarative `spec`.
 //!
 //! Takes in: an async function of `(ToolContext, input JSON)`. Hands on: output JSON, or a
 //! [`ToolError`] that becomes the call's `error` result for the model to read.
@@ -7,6 +9,9 @@ use std::future::Future;
 use std::pin::Pin;
 
 use serde_json::Value;
+
+use super::context::ToolContext;
+use crate::model::Manifest;
 
 /// What a handler returns when it fails: a short machine code and a message for the model.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,7 +49,7 @@ pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Value, ToolError>> +
 /// ToolError>>`, so a closure or an `async fn` is a handler:
 ///
 /// ```
-/// use sluice_kernel::tool::{handler, ToolContext, ToolError};
+/// use sluice_kernel::transport::{handler, ToolContext, ToolError};
 /// use serde_json::{json, Value};
 /// let h = handler(|_ctx: ToolContext, input: Value| async move {
 ///     Ok::<_, ToolError>(json!({"echo": input}))
@@ -71,10 +76,12 @@ pub fn handler<H: Handler>(h: H) -> std::sync::Arc<dyn Handler> {
     std::sync::Arc::new(h)
 }
 
-/// What a handler knows of the call it carries out, and what it may reach.
-///
-/// Cheap to clone. See [`crate::context`] for the typed dependency injection behind it.
-#[derive(Debug, Clone)]
-pub struct ToolContext {
-    pub(crate) inner: std::sync::Arc<crate::context::ContextInner>,
+/// Makes a handler from a manifest's declarative `spec` (the `http` synthesizer for
+/// `spec: {kind: "http"}`; an embedder may register its own kinds).
+pub trait SpecSynthesizer: Send + Sync + 'static {
+    /// The handler for this manifest (whose `spec` is of this synthesizer's kind), or why not.
+    fn synthesize(
+        &self,
+        manifest: &std::sync::Arc<Manifest>,
+    ) -> Result<std::sync::Arc<dyn Handler>, String>;
 }

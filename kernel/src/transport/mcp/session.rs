@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
@@ -22,12 +22,14 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio_util::sync::CancellationToken;
 
-use crate::manifest::{Manifest, McpEndpoint, Sandbox};
-use crate::tool::{Handler, ToolError};
+use crate::error::ErrorCode;
+use crate::model::{Manifest, McpEndpoint, Sandbox};
+use crate::transport::handler::ToolError;
 
-use super::{call_error, memory, remote_name, sse, McpHandler};
+use super::death::Death;
+use super::wire::call_error;
+use super::{memory, sse};
 
 /// How the kernel runs its MCP sessions.
 #[derive(Debug, Clone)]
@@ -138,15 +140,11 @@ impl McpSessions {
         }
     }
 
-    /// The handler for a tool on one of these endpoints; `None` when it names none of them.
-    pub(crate) fn handler(&self, manifest: &Manifest) -> Option<Arc<dyn Handler>> {
-        let endpoint = self
-            .endpoints
-            .get(manifest.mcp_endpoint.as_ref()?.as_str())?;
-        Some(Arc::new(McpHandler::new(
-            endpoint.clone(),
-            remote_name(manifest),
-        )))
+    /// The endpoint a tool names, when it is one of these.
+    pub(crate) fn endpoint(&self, manifest: &Manifest) -> Option<Arc<Endpoint>> {
+        self.endpoints
+            .get(manifest.mcp_endpoint.as_ref()?.as_str())
+            .cloned()
     }
 
     /// The status of every endpoint, in endpoint order.
@@ -221,7 +219,7 @@ impl Endpoint {
                 Ok(result) => Arc::new(result?),
                 Err(_) => {
                     return Err(ToolError::new(
-                        "mcp-unavailable",
+                        ErrorCode::McpUnavailable,
                         format!(
                             "the MCP server `{}` did not finish its handshake within {} ms",
                             me.raw,
@@ -238,7 +236,7 @@ impl Endpoint {
         });
         task.await.unwrap_or_else(|e| {
             Err(ToolError::new(
-                "mcp-unavailable",
+                ErrorCode::McpUnavailable,
                 format!("starting the MCP session with `{}` failed: {e}", self.raw),
             ))
         })
@@ -263,7 +261,7 @@ impl Endpoint {
     async fn start(&self) -> Result<Session, ToolError> {
         let unavailable = |why: String| {
             ToolError::new(
-                "mcp-unavailable",
+                ErrorCode::McpUnavailable,
                 format!("cannot start the MCP session with `{}`: {why}", self.raw),
             )
         };
@@ -384,33 +382,6 @@ impl StderrTail {
     }
 }
 
-/// Why a session ended, once it has: the calls in flight fail with this.
-#[derive(Debug, Default)]
-pub(crate) struct Death {
-    token: CancellationToken,
-    reason: OnceLock<ToolError>,
-}
-
-impl Death {
-    /// Declares the session dead (the first reason wins) and wakes the calls in flight.
-    pub(crate) fn declare(&self, why: ToolError) {
-        let _ = self.reason.set(why);
-        self.token.cancel();
-    }
-
-    pub(crate) fn is_declared(&self) -> bool {
-        self.token.is_cancelled()
-    }
-
-    pub(crate) async fn wait(&self) {
-        self.token.cancelled().await;
-    }
-
-    fn reason(&self) -> Option<ToolError> {
-        self.reason.get().cloned()
-    }
-}
-
 /// One initialized MCP session.
 pub(crate) struct Session {
     endpoint: Arc<str>,
@@ -449,7 +420,7 @@ impl Session {
         self.death.wait().await;
         self.death.reason().unwrap_or_else(|| {
             ToolError::new(
-                "mcp-server-exited",
+                ErrorCode::McpServerExited,
                 format!("the MCP server `{}` went away", self.endpoint),
             )
         })
@@ -475,7 +446,7 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        self.death.token.cancel();
+        self.death.end();
         // rmcp closes the transport when the service drops; the group signal also reaches the
         // processes the server started (an `npx` launcher's node child).
         #[cfg(unix)]

@@ -2,7 +2,7 @@
 //! `needsSpec`.
 //!
 //! Takes in: the call's ids and cancellation token, and what the embedder supplies through the
-//! [`crate::kernel::KernelBuilder`] (a [`SecretResolver`], environment values, granted
+//! [`crate::run::KernelBuilder`] (a [`SecretResolver`], environment values, granted
 //! capabilities and bindings, named need slots). Hands on: a [`ToolContext`] through which a
 //! handler reaches exactly that.
 //!
@@ -20,8 +20,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::manifest::{HttpAuthSpec, Manifest, Sandbox, ToolSpec};
-use crate::tool::ToolContext;
+use crate::model::{HttpAuthSpec, Manifest, NeedsSpec, NonEmptyString, Sandbox, ToolSpec};
 
 /// Resolves secrets by name for a tenant (the CLI's resolver reads the environment variable the
 /// manifest's `envName` names).
@@ -78,6 +77,14 @@ pub enum ContextError {
         /// The type asked for.
         expected: &'static str,
     },
+}
+
+/// What a handler knows of the call it carries out, and what it may reach.
+///
+/// Cheap to clone. See the [`crate::transport`] docs for the typed dependency injection behind it.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    pub(crate) inner: std::sync::Arc<ContextInner>,
 }
 
 /// What the embedder supplies to every call (set through the kernel builder).
@@ -314,7 +321,7 @@ impl ToolContext {
         &self,
         what: &'static str,
         name: &str,
-        declared: impl Fn(&crate::manifest::NeedsSpec) -> Option<&Vec<crate::manifest::NonEmptyString>>,
+        declared: impl Fn(&NeedsSpec) -> Option<&Vec<NonEmptyString>>,
         granted: impl Fn(&Provisions) -> &Vec<String>,
     ) -> Result<(), ContextError> {
         let m = &self.inner.manifest;

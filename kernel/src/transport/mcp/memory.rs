@@ -16,9 +16,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::tool::ToolError;
+use crate::error::ErrorCode;
+use crate::transport::handler::ToolError;
 
-use super::session::Death;
+use super::death::Death;
 
 /// The signals the kernel sends a server's process group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,7 +110,7 @@ pub(crate) fn watch(endpoint: Arc<str>, pid: u32, cap_mb: u64, poll: Duration, d
                     "MCP server over its memory cap: killed"
                 );
                 death.declare(ToolError::new(
-                    "limits-exceeded",
+                    ErrorCode::LimitsExceeded,
                     format!(
                         "the MCP server `{endpoint}` used {} MiB of resident memory, past its \
                          cap of {cap_mb} MiB (limits.memMB): it was killed, and the next call \

@@ -67,6 +67,21 @@ impl TextTemplate {
     }
 }
 
+/// The distinct placeholder names of a resource template (pattern text, escapes kept), in order
+/// of first use; or why the template is not well formed. Validation needs no more of a resource
+/// template; expanding one against an input is [`crate::access::ResourceTemplate`]'s work.
+pub fn resource_placeholders(text: &str) -> Result<Vec<String>, TemplateSyntaxError> {
+    let mut names: Vec<String> = Vec::new();
+    for part in scan(text, true)? {
+        if let TextPart::Var(n) = part {
+            if !names.contains(&n) {
+                names.push(n);
+            }
+        }
+    }
+    Ok(names)
+}
+
 /// Splits template text into literal parts and `{name}` placeholders (name: ASCII letters, digits
 /// and `_`). With `escapes`, a `\` keeps itself and the next character in the literal (pattern
 /// text keeps its escapes) and a trailing `\` is an error. Shared by text templates and resource
@@ -152,7 +167,7 @@ impl UrlTemplate {
     /// Parses and checks a URL template.
     ///
     /// ```
-    /// use sluice_kernel::template::UrlTemplate;
+    /// use sluice_kernel::model::UrlTemplate;
     /// assert!(UrlTemplate::parse("https://api.example.com/users/{id}?q={q}").is_ok());
     /// assert!(UrlTemplate::parse("https://{host}/x").is_err());
     /// assert!(UrlTemplate::parse("ftp://example.com/").is_err());

@@ -1,27 +1,13 @@
-//! Transports: how a tool is carried out.
-//!
-//! Takes in: a tool's manifest. Hands on: its handler. With `transport: auto` (the default) the
-//! kernel picks, in order: a native handler registered in code; else the handler a *spec
-//! synthesizer* makes from the manifest's `spec` (the `http` synthesizer for
-//! `spec: {kind: "http"}`, see [`crate::http`]); else the MCP endpoint (`crate::mcp`, feature
-//! `mcp`). `transport: native` takes only the first, `transport: mcp` only the last. A tool with
-//! none of them is refused at build unless the embedder accepts unrunnable tools.
-//!
-//! [`Synthesizers`] maps a spec kind to its synthesizer; an embedder can replace one or add its
-//! own through [`crate::kernel::KernelBuilder::synthesizer`].
+//! Spec synthesizers by kind: [`Synthesizers`] maps a spec kind to the [`SpecSynthesizer`] that
+//! makes a handler from it; an embedder can replace one or add its own through
+//! [`crate::run::KernelBuilder::synthesizer`].
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::manifest::{Manifest, ToolSpec};
-use crate::tool::Handler;
-
-/// Makes a handler from a manifest's declarative `spec`.
-pub trait SpecSynthesizer: Send + Sync + 'static {
-    /// The handler for this manifest (whose `spec` is of this synthesizer's kind), or why not.
-    fn synthesize(&self, manifest: &Arc<Manifest>) -> Result<Arc<dyn Handler>, String>;
-}
+use super::handler::{Handler, SpecSynthesizer};
+use crate::model::{Manifest, ToolSpec};
 
 /// Spec kind -> synthesizer. [`Synthesizers::default`] holds `http` (with the `http` feature).
 #[derive(Clone)]
@@ -44,7 +30,7 @@ impl Default for Synthesizers {
         #[cfg_attr(not(feature = "http"), allow(unused_mut))]
         let mut s = Synthesizers::empty();
         #[cfg(feature = "http")]
-        if let Ok(h) = crate::http::HttpSynthesizer::new(crate::http::HttpOptions::default()) {
+        if let Ok(h) = super::http::HttpSynthesizer::new(super::http::HttpOptions::default()) {
             s.register("http", h);
         }
         s

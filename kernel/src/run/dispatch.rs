@@ -1,0 +1,252 @@
+//! The dispatch pipeline: the stages one call goes through, from submission to its result.
+//!
+//! 1. **resolve** and **validate** the input ([`PreparedCall`]: `unknown-tool`, `invalid-input`);
+//! 2. **authorize** (`denied` ends here; `ask` starts the approval at once, `approval.rs`);
+//! 3. **order**: insert into the tenant's conflict domain (a refused call never enters it: it
+//!    changes nothing);
+//! 4. **wait** for the predecessors and the approval (`rejected`, `skipped`, `cancelled`);
+//! 5. **invoke** the handler in its own task under its deadline (`timeout`, `panic`), then check
+//!    the output (`invalid-output`) (`invoke.rs`);
+//! 6. **release** the successors, **record** provenance (`record.rs`) and hand the result back.
+//!
+//! Stages 1–3 run in [`submit`], synchronously, in the submitter's order; the rest is a future
+//! [`submit`] returns, which the batch spawns and whose result it delivers. Nothing here calls
+//! back up into the batch or the kernel.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tracing::Instrument;
+
+use super::approval;
+use super::invoke::invoke;
+use super::job::{CallJob, Outcome};
+use super::options::OnFailure;
+use super::record::finish;
+use super::result::CallResult;
+use super::shared::{BatchInfo, KernelInner};
+use crate::authorize::{AuthRequest, Authorization, DecidedBy, Decision};
+use crate::error::{panic_message, ErrorCode};
+use crate::model::Status;
+use crate::order::domain::{DomainRef, IndexPanicked, Inserted, Owner, Upstream};
+use crate::order::PreparedCall;
+use crate::provenance::EdgeRecord;
+
+/// A call past its synchronous stages.
+pub(crate) struct Dispatched {
+    /// Its position in the tenant's conflict domain, when it entered it: the batch hands the
+    /// positions back when it ends, so that the domain may forget them.
+    pub(crate) position: Option<usize>,
+    /// The rest of its way, to its result (instrumented with the call's span).
+    pub(crate) rest: Pin<Box<dyn Future<Output = CallResult> + Send>>,
+}
+
+/// Submits one call: the synchronous stages (resolve, validate, authorize, order) run here, in
+/// the submitter's order; the rest is returned as a future.
+pub(crate) fn submit(
+    kernel: Arc<KernelInner>,
+    batch: Arc<BatchInfo>,
+    seq: u64,
+    priority: i32,
+    prepared: PreparedCall,
+) -> Dispatched {
+    let mut job = CallJob {
+        kernel,
+        batch,
+        seq,
+        priority,
+        prepared,
+        authorization: None,
+        approver: None,
+        started: None,
+        ended: None,
+        secrets: Vec::new(),
+        input_sha256: None,
+    };
+    let span = tracing::info_span!(
+        "sluice.call",
+        tenant = %job.batch.tenant,
+        batch = %job.batch.id,
+        call = %job.prepared.call.id,
+        tool = %job.prepared.call.tool,
+        accesses = %accesses_text(&job.prepared),
+        decision = tracing::field::Empty,
+        status = tracing::field::Empty,
+    );
+    let _entered = span.enter();
+
+    // 1. resolve, validate (done by PreparedCall).
+    if let Some(r) = &job.prepared.rejection {
+        let outcome = Outcome::fail(Status::Error, r.code(), r.message(&job.prepared.call));
+        return refuse(job, outcome, &span);
+    }
+    // 2. authorize. The authorizer is the embedder's code: a panic refuses this call alone.
+    let auth = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| authorize(&job))) {
+        Ok(auth) => auth,
+        Err(payload) => {
+            let why = format!(
+                "the authorizer panicked, so the call does not run: {}",
+                panic_message(payload.as_ref())
+            );
+            return refuse_internal(job, &why, &span);
+        }
+    };
+    span.record("decision", auth.decision.as_str());
+    if auth.decision == Decision::Deny {
+        let message = format!(
+            "call `{}` ({}) was denied by {}",
+            job.prepared.call.id,
+            job.prepared.call.tool,
+            auth.by.describe()
+        );
+        job.authorization = Some(auth);
+        let outcome = Outcome::fail(Status::Denied, ErrorCode::Denied, message);
+        return refuse(job, outcome, &span);
+    }
+    job.authorization = Some(auth);
+    // 3. order.
+    let domain = job.kernel.domains.get(&job.batch.tenant);
+    // Who a call is matters only for edge records: skip it when nothing is recorded.
+    let owner = job.kernel.sink.enabled().then(|| Owner {
+        batch: job.batch.id.clone(),
+        call: Arc::from(job.prepared.call.id.as_str()),
+    });
+    let inserted = domain.lock().insert(owner, &job.prepared.accesses);
+    let inserted = match inserted {
+        Ok(inserted) => inserted,
+        Err(IndexPanicked) => {
+            drop(domain);
+            let why = "the conflict index failed on its accesses (a defect of Sluice); the call \
+                       does not run, and the tenant's later calls wait for every call running now";
+            return refuse_internal(job, why, &span);
+        }
+    };
+    let position = Some(inserted.position);
+    let edges = edge_records(&job, &inserted);
+    let rest = run_ordered(Box::new(job), domain, inserted, edges).instrument(span.clone());
+    Dispatched {
+        position,
+        rest: Box::pin(rest),
+    }
+}
+
+/// Ends a call that never enters the conflict domain (it changes nothing, so nothing waits).
+fn refuse(job: CallJob, outcome: Outcome, span: &tracing::Span) -> Dispatched {
+    Dispatched {
+        position: None,
+        rest: Box::pin(finish(job, outcome, Vec::new()).instrument(span.clone())),
+    }
+}
+
+/// Ends a call that could not be judged because something panicked on its way (`internal`).
+fn refuse_internal(job: CallJob, why: &str, span: &tracing::Span) -> Dispatched {
+    let message = format!(
+        "call `{}` ({}): {why}",
+        job.prepared.call.id, job.prepared.call.tool
+    );
+    let outcome = Outcome::fail(Status::Error, ErrorCode::Internal, message);
+    refuse(job, outcome, span)
+}
+
+fn accesses_text(p: &PreparedCall) -> String {
+    p.accesses
+        .iter()
+        .map(|a| format!("{} {}", a.kind, a.resource))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn authorize(job: &CallJob) -> Authorization {
+    let Some(tool) = &job.prepared.tool else {
+        return Authorization::new(Decision::Deny, DecidedBy::UnknownTool);
+    };
+    job.kernel.authorizer.authorize(&AuthRequest {
+        tenant: &job.batch.tenant,
+        call_id: &job.prepared.call.id,
+        tool: tool.manifest(),
+        input: &job.prepared.call.input,
+        accesses: &job.prepared.accesses,
+    })
+}
+
+fn edge_records(job: &CallJob, inserted: &Inserted) -> Vec<EdgeRecord> {
+    inserted
+        .edges
+        .iter()
+        .map(|f| EdgeRecord {
+            tenant: job.batch.tenant.to_string(),
+            from_batch: f.from.batch.to_string(),
+            from: f.from.call.to_string(),
+            to_batch: job.batch.id.to_string(),
+            to: job.prepared.call.id.clone(),
+            resource: f.edge.resource.to_text(),
+            kind: f.edge.kind.as_str().to_owned(),
+            causal: f.edge.kind.is_causal(),
+        })
+        .collect()
+}
+
+/// Stages 4-6 for a call that entered the conflict domain.
+async fn run_ordered(
+    mut job: Box<CallJob>,
+    domain: DomainRef,
+    inserted: Inserted,
+    edges: Vec<EdgeRecord>,
+) -> CallResult {
+    let cancel = job.batch.cancel.clone();
+    // Dropping it (the call ends without an answer) abandons the ask.
+    let ask = approval::start(&job);
+    // 4. wait for the predecessors (a cancelled call still waits before it releases anyone:
+    //    release after predecessors).
+    let mut ready = inserted.ready;
+    let upstream = tokio::select! {
+        biased;
+        u = &mut ready => u,
+        _ = cancel.cancelled() => {
+            let position = inserted.position;
+            let id = job.prepared.call.id.clone();
+            drop(ask);
+            // Report now; release the successors once the predecessors are done (the domain
+            // keeps this call's place until then: forget only the settled).
+            tokio::spawn(async move {
+                let _ = (&mut ready).await;
+                release(&domain, position, Some(&id));
+            });
+            return Box::pin(finish(*job, Outcome::cancelled_before_start(), edges)).await;
+        }
+    };
+    // The predecessors are done; if the batch was cancelled meanwhile, cancellation wins over
+    // whatever they ended with.
+    if cancel.is_cancelled() {
+        release(&domain, inserted.position, Some(&job.prepared.call.id));
+        drop((ask, domain));
+        return Box::pin(finish(*job, Outcome::cancelled_before_start(), edges)).await;
+    }
+    let outcome = match approval::answer(&mut job, ask, &cancel).await {
+        Some(o) => o,
+        None => match (&upstream, job.batch.on_failure) {
+            (Upstream { failed: Some(f) }, OnFailure::SkipDependents) => {
+                let message = format!(
+                    "call `{}` was skipped because `{f}`, which it depends on, failed",
+                    job.prepared.call.id
+                );
+                Outcome::fail(Status::Skipped, ErrorCode::Skipped, message)
+            }
+            _ => Box::pin(invoke(&mut job, &cancel)).await,
+        },
+    };
+    job.ended.get_or_insert_with(Instant::now);
+    // 6. release, then record and hand the result back.
+    let failed = outcome
+        .counts_as_failure()
+        .then(|| job.prepared.call.id.clone());
+    release(&domain, inserted.position, failed.as_deref());
+    drop(domain);
+    Box::pin(finish(*job, outcome, edges)).await
+}
+
+fn release(domain: &DomainRef, position: usize, failed: Option<&str>) {
+    domain.lock().finish(position, failed);
+}

@@ -1,0 +1,51 @@
+//! The options of a kernel and of a batch.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// What happens to the dependents of a call that fails (error, timeout, panic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnFailure {
+    /// They still run: the order existed for consistency, not because they need the result.
+    #[default]
+    Continue,
+    /// They are skipped, and theirs, transitively.
+    SkipDependents,
+}
+
+/// Options a kernel is built with (see [`KernelBuilder`](super::KernelBuilder) for the defaults).
+#[derive(Debug, Clone)]
+pub struct KernelOptions {
+    /// The most calls running at once across all tenants (`None`: no cap).
+    pub max_concurrency: Option<usize>,
+    /// The most calls of one tool running at once.
+    pub tool_concurrency: HashMap<String, usize>,
+    /// The default failure mode of a batch.
+    pub on_failure: OnFailure,
+    /// The deadline of a call whose tool declares no `limits.cpuMs` (`None`: none).
+    pub default_timeout: Option<Duration>,
+    /// How long an ask may wait for its approver before it is rejected.
+    pub approval_timeout: Duration,
+}
+
+impl Default for KernelOptions {
+    fn default() -> Self {
+        KernelOptions {
+            max_concurrency: None,
+            tool_concurrency: HashMap::new(),
+            on_failure: OnFailure::Continue,
+            default_timeout: None,
+            approval_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Options of one batch.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BatchOptions {
+    /// Overrides the kernel's failure mode for this batch.
+    pub on_failure: Option<OnFailure>,
+    /// Ready calls of higher priority get permits first (default 0); among equals, submission
+    /// order.
+    pub priority: i32,
+}

@@ -1,0 +1,59 @@
+//! What the calls of a kernel share ([`KernelInner`]), and what the calls of one batch share
+//! ([`BatchInfo`]).
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dashmap::DashMap;
+use tokio::sync::OnceCell;
+use tokio_util::sync::CancellationToken;
+
+use super::options::{KernelOptions, OnFailure};
+use crate::access::Normalizers;
+use crate::authorize::{ApprovalOutcome, Approver, Authorizer};
+use crate::order::domain::Domains;
+use crate::order::ready::ReadyQueue;
+use crate::provenance::ProvenanceSink;
+#[cfg(feature = "mcp")]
+use crate::transport::mcp::McpSessions;
+use crate::transport::{Provisions, ToolRegistry};
+
+/// The shared state of a kernel.
+pub(crate) struct KernelInner {
+    pub(crate) tools: ToolRegistry,
+    pub(crate) normalizers: Normalizers,
+    pub(crate) authorizer: Arc<dyn Authorizer>,
+    pub(crate) approver: Arc<dyn Approver>,
+    pub(crate) sink: Arc<dyn ProvenanceSink>,
+    pub(crate) options: KernelOptions,
+    pub(crate) provisions: Arc<Provisions>,
+    pub(crate) ready: Arc<ReadyQueue>,
+    pub(crate) domains: Arc<Domains>,
+    /// In-flight first-use asks, per (tenant, tool).
+    pub(crate) first_use: DashMap<(String, String), Arc<OnceCell<ApprovalOutcome>>>,
+    /// Kernel-wide submission sequence (the ready queue's order among equal priorities).
+    pub(crate) seq: AtomicU64,
+    /// Batches opened so far (for batch ids).
+    pub(crate) batches: AtomicU64,
+    #[cfg(feature = "mcp")]
+    pub(crate) mcp: McpSessions,
+}
+
+/// What every call of one batch knows of it.
+#[derive(Debug)]
+pub(crate) struct BatchInfo {
+    pub(crate) id: Arc<str>,
+    pub(crate) tenant: Arc<str>,
+    pub(crate) started: Instant,
+    pub(crate) started_unix_ms: f64,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) on_failure: OnFailure,
+}
+
+impl BatchInfo {
+    /// Unix time in ms of an offset from the batch's start.
+    pub(crate) fn unix_ms(&self, since_start: Duration) -> f64 {
+        self.started_unix_ms + since_start.as_secs_f64() * 1000.0
+    }
+}

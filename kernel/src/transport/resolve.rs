@@ -1,0 +1,129 @@
+//! Which transport carries out each tool, decided once when the kernel is built.
+//!
+//! `transport: native` takes only a handler registered in code; `mcp` only the MCP endpoint;
+//! `auto` (the default) a native handler, else the handler a synthesizer makes from the `spec`,
+//! else the MCP endpoint. MCP servers are not started here: each endpoint's session starts with
+//! its first call.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::handler::Handler;
+#[cfg(feature = "mcp")]
+use super::mcp::{self, McpOptions, McpSessions};
+use super::registry::Tool;
+use super::synth::Synthesizers;
+use crate::error::{Diagnostic, Error, Result};
+use crate::model::{Manifest, Transport};
+
+/// The tools with their handlers, and the MCP sessions that carry some of them.
+pub(crate) struct Resolved {
+    /// Every tool; a tool with no handler is unrunnable (refused unless accepted).
+    pub(crate) tools: Vec<Arc<Tool>>,
+    /// The endpoints of the tools carried out over MCP.
+    #[cfg(feature = "mcp")]
+    pub(crate) mcp: McpSessions,
+}
+
+/// What resolution needs besides the tools.
+pub(crate) struct ResolveOptions<'a> {
+    pub(crate) synthesizers: &'a Synthesizers,
+    /// The embedder's `needsSpec.env` values (an MCP server started over stdio gets them).
+    pub(crate) env: &'a HashMap<String, String>,
+    #[cfg(feature = "mcp")]
+    pub(crate) mcp: &'a McpOptions,
+    /// Accept tools with no way to run (their calls end `no-handler`).
+    pub(crate) allow_unrunnable: bool,
+}
+
+/// Resolves every tool's transport; refuses (unless allowed) a tool that has no way to run,
+/// naming what is missing.
+pub(crate) fn resolve(pending: Vec<Arc<Tool>>, options: &ResolveOptions<'_>) -> Result<Resolved> {
+    let staged = native_and_spec(pending, options.synthesizers)?;
+    #[cfg(not(feature = "mcp"))]
+    let _ = options.env;
+    #[cfg(feature = "mcp")]
+    let sessions = McpSessions::new(
+        staged
+            .iter()
+            .filter(|(_, by_mcp)| *by_mcp)
+            .map(|(t, _)| &**t.manifest()),
+        options.env,
+        options.mcp,
+    );
+    let mut tools = Vec::with_capacity(staged.len());
+    for (t, by_mcp) in staged {
+        #[cfg(feature = "mcp")]
+        let t = match mcp::handler(&sessions, t.manifest()).filter(|_| by_mcp) {
+            Some(handler) => with_handler(&t, handler)?,
+            None => t,
+        };
+        #[cfg(not(feature = "mcp"))]
+        let _ = by_mcp;
+        if !options.allow_unrunnable && t.handler().is_none() {
+            return Err(Error::Unrunnable {
+                id: t.id().to_owned(),
+                source_name: t.source().to_string(),
+                why: unrunnable_reason(t.manifest()).to_owned(),
+            });
+        }
+        tools.push(t);
+    }
+    Ok(Resolved {
+        tools,
+        #[cfg(feature = "mcp")]
+        mcp: sessions,
+    })
+}
+
+/// Resolves each tool's transport as far as native handlers and specs go: each tool (a spec's
+/// handler synthesized in), and whether the MCP transport carries it out.
+fn native_and_spec(
+    pending: Vec<Arc<Tool>>,
+    synthesizers: &Synthesizers,
+) -> Result<Vec<(Arc<Tool>, bool)>> {
+    let mut resolved = Vec::with_capacity(pending.len());
+    for t in pending {
+        let m = t.manifest();
+        let entry = match m.transport() {
+            Transport::Native => (t, false),
+            Transport::Mcp => (t, true),
+            Transport::Auto if t.handler().is_some() => (t, false),
+            Transport::Auto => match synthesizers.synthesize(m) {
+                Some(made) => {
+                    let handler = made.map_err(|why| Error::InvalidManifest {
+                        source_name: t.source().to_string(),
+                        errors: vec![Diagnostic::new("/spec", why)],
+                    })?;
+                    (with_handler(&t, handler)?, false)
+                }
+                None => {
+                    let by_mcp = m.mcp_endpoint.is_some();
+                    (t, by_mcp)
+                }
+            },
+        };
+        resolved.push(entry);
+    }
+    Ok(resolved)
+}
+
+/// The same tool, carried out by `handler`.
+fn with_handler(t: &Tool, handler: Arc<dyn Handler>) -> Result<Arc<Tool>> {
+    let tool = Tool::new((**t.manifest()).clone(), t.source().clone(), Some(handler))?;
+    Ok(Arc::new(tool))
+}
+
+/// Why a tool has no way to run: for [`Error::Unrunnable`] at build, and for the `no-handler`
+/// result of a call to a tool the embedder accepted anyway.
+pub(crate) fn unrunnable_reason(m: &Manifest) -> &'static str {
+    match (m.transport(), &m.mcp_endpoint) {
+        (Transport::Native, _) => {
+            "it is `transport: native` and no native handler is registered under its id"
+        }
+        (_, Some(_)) if !cfg!(feature = "mcp") => {
+            "its MCP endpoint needs the `mcp` feature, which this build leaves out"
+        }
+        _ => "it has no native handler registered in code, no `spec` and no `mcpEndpoint`",
+    }
+}

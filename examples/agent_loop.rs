@@ -66,10 +66,7 @@ impl ScriptedModel {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let kv = KvStore::new();
-    let tools = builtin::registry(BuiltinConfig {
-        root: std::env::temp_dir(),
-        kv: kv.clone(),
-    })?;
+    let tools = builtin::registry(BuiltinConfig::new(std::env::temp_dir()).with_kv(kv.clone()))?;
     let names = ToolNames::new(&tools)?;
     let definitions = adapters::openai::tools(&tools, &names);
     println!("offering the model {} tools", definitions.len());

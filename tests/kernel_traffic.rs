@@ -489,10 +489,10 @@ fn schedule(seed: u64) -> Vec<PlannedBatch> {
 /// Runs one batch of a schedule: open, submit with gaps, then end it as planned.
 async fn drive(kernel: Kernel, world: World, plan: PlannedBatch) {
     tokio::time::sleep(Duration::from_millis(plan.start_ms)).await;
-    let options = BatchOptions {
-        on_failure: plan.skip_dependents.then_some(OnFailure::SkipDependents),
-        ..BatchOptions::default()
-    };
+    let mut options = BatchOptions::default();
+    if plan.skip_dependents {
+        options = options.with_on_failure(OnFailure::SkipDependents);
+    }
     let mut handle = kernel
         .open_with(plan.tenant, options)
         .expect("a batch opens inside the runtime");

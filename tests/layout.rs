@@ -192,7 +192,11 @@ fn segments_at(chars: &[char], mut i: usize) -> (Vec<String>, Vec<Vec<String>>, 
 }
 
 /// Reads a `{x, y::z}` group at `i` (its members' first segments).
-fn group_at(chars: &[char], i: usize, segments: Vec<String>) -> (Vec<String>, Vec<Vec<String>>, usize) {
+fn group_at(
+    chars: &[char],
+    i: usize,
+    segments: Vec<String>,
+) -> (Vec<String>, Vec<Vec<String>>, usize) {
     let close = (i..chars.len())
         .find(|&j| chars[j] == '}')
         .unwrap_or(chars.len());
@@ -288,7 +292,11 @@ fn every_stage_imports_only_the_stages_below_it() {
             }
         }
     }
-    assert!(wrong.is_empty(), "imports against the layout:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "imports against the layout:\n{}",
+        wrong.join("\n")
+    );
 }
 
 #[test]
@@ -328,7 +336,10 @@ fn no_module_file_imports_one_that_imports_it_back() {
         if !state.contains_key(n) {
             if let Some(cycle) = visit(n, &graph, &mut state, &mut Vec::new()) {
                 let names: Vec<String> = cycle.iter().map(|p| short(p)).collect();
-                panic!("module files import each other in a circle: {}", names.join(" -> "));
+                panic!(
+                    "module files import each other in a circle: {}",
+                    names.join(" -> ")
+                );
             }
         }
     }

@@ -74,7 +74,7 @@ fn lints_are_warnings_where_expected() {
     }
     for (file, pointer) in exp["production_errors"].as_object().unwrap() {
         let raw = &read_manifests(&support::fixture(&format!("manifests/{file}"))).unwrap()[0];
-        let report = validate(&raw.value, ValidateOptions { production: true });
+        let report = validate(&raw.value, ValidateOptions::default().with_production(true));
         assert!(
             report
                 .errors

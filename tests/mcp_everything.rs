@@ -250,15 +250,9 @@ async fn an_endpoint_that_cannot_start_fails_its_calls_clearly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn import_makes_valid_conservative_manifests() {
     let e = McpEndpoint::parse(&everything_stdio("")).unwrap();
-    let imported = import_manifests(
-        &e,
-        &ImportOptions {
-            prefix: Some("ev".into()),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let imported = import_manifests(&e, &ImportOptions::default().with_prefix("ev"))
+        .await
+        .unwrap();
     assert_eq!(imported.prefix, "ev");
     let by_id = |id: &str| {
         imported

@@ -474,10 +474,9 @@ async fn lineage_why_and_prov_json() {
     let kv = sluice_kernel::builtin::KvStore::new();
     let kernel = Kernel::builder()
         .tools(
-            sluice_kernel::builtin::registry(sluice_kernel::builtin::BuiltinConfig {
-                root: dir.clone(),
-                kv,
-            })
+            sluice_kernel::builtin::registry(
+                sluice_kernel::builtin::BuiltinConfig::new(dir.clone()).with_kv(kv),
+            )
             .unwrap(),
         )
         .provenance(log)

@@ -111,7 +111,7 @@ proptest! {
         ops in prop::collection::vec(op(), 1..14)
     ) {
         let kv = KvStore::new();
-        let registry = builtin::registry(BuiltinConfig { root: std::env::temp_dir(), kv: kv.clone() }).unwrap();
+        let registry = builtin::registry(BuiltinConfig::new(std::env::temp_dir()).with_kv(kv.clone())).unwrap();
         let kernel = Kernel::builder().tools(registry).build().unwrap();
         let calls: Vec<Call> = ops.iter().enumerate().map(|(i, (op, d))| to_call(i, op, *d)).collect();
         let plan = kernel.plan(Batch::new("t", calls.clone()).unwrap());
@@ -215,7 +215,7 @@ proptest! {
         // exactly as in the clean run.
         let run = |with_failures: bool| {
             let kv = KvStore::new();
-            let mut reg = builtin::registry(BuiltinConfig { root: std::env::temp_dir(), kv }).unwrap();
+            let mut reg = builtin::registry(BuiltinConfig::new(std::env::temp_dir()).with_kv(kv)).unwrap();
             let h = handler(move |_ctx: ToolContext, _input: Value| async move {
                 if panics { panic!("boom"); }
                 Err::<Value, _>(ToolError::new("broken", "this call fails on purpose"))

@@ -64,11 +64,28 @@ impl KvStore {
 
 /// Configuration of the built-in tools.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct BuiltinConfig {
     /// The directory the fs tools are confined to. Default: the current directory.
     pub root: PathBuf,
     /// The kv tools' store. Default: a new empty store.
     pub kv: KvStore,
+}
+
+impl BuiltinConfig {
+    /// The built-in tools confined to `root`, with a new empty kv store.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        BuiltinConfig {
+            root: root.into(),
+            kv: KvStore::new(),
+        }
+    }
+
+    /// These options with the kv tools' store `kv` (shared with whoever else holds it).
+    pub fn with_kv(mut self, kv: KvStore) -> Self {
+        self.kv = kv;
+        self
+    }
 }
 
 impl Default for BuiltinConfig {
@@ -153,11 +170,18 @@ fn kv_tool(
 
 /// The built-in tools, compiled.
 pub fn tools(config: BuiltinConfig) -> Result<Vec<Tool>> {
-    let src = ManifestSource::built_in;
-    let kv = config.kv;
     let root = Arc::new(lexical_absolute(&config.root, Path::new(".")));
     let mut out = Vec::new();
+    out.extend(plain_tools()?);
+    out.extend(kv_tools(config.kv)?);
+    out.extend(fs_tools(root)?);
+    Ok(out)
+}
 
+/// `sluice.sleep` and `sluice.echo`: they touch nothing.
+fn plain_tools() -> Result<Vec<Tool>> {
+    let src = ManifestSource::built_in;
+    let mut out = Vec::new();
     out.push(Tool::new(
         manifest(json!({
             "id": "sluice.sleep", "version": "1.0.0",
@@ -193,6 +217,13 @@ pub fn tools(config: BuiltinConfig) -> Result<Vec<Tool>> {
         })),
     )?);
 
+    Ok(out)
+}
+
+/// `sluice.kv.*`: the in-memory store, one resource `kv:{key}` per key.
+fn kv_tools(kv: KvStore) -> Result<Vec<Tool>> {
+    let src = ManifestSource::built_in;
+    let mut out = Vec::new();
     out.push(kv_tool(
         json!({
             "id": "sluice.kv.get", "version": "1.0.0",
@@ -268,6 +299,14 @@ pub fn tools(config: BuiltinConfig) -> Result<Vec<Tool>> {
         })),
     )?);
 
+    Ok(out)
+}
+
+/// `sluice.fs.read` and `sluice.fs.write`, confined to `root`; their resources are the
+/// absolute paths, so that two spellings of one file are one resource.
+fn fs_tools(root: Arc<PathBuf>) -> Result<Vec<Tool>> {
+    let src = ManifestSource::built_in;
+    let mut out = Vec::new();
     let fs_view = {
         let root = root.clone();
         move |input: &Value| -> Value {

@@ -47,7 +47,7 @@ pub(crate) fn load_tools(
         })?,
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
-    let mut registry = builtin::registry(BuiltinConfig { root, kv })?;
+    let mut registry = builtin::registry(BuiltinConfig::new(root).with_kv(kv))?;
     for path in paths {
         for raw in read_manifests(path)? {
             registry.insert_raw(raw)?;

@@ -260,12 +260,9 @@ fn tools(root: &Path, tracker: std::net::SocketAddr, kv: KvStore) -> anyhow::Res
     )?;
     let mut out = vec![read, edit, search, fetch];
     out.extend(
-        builtin::tools(BuiltinConfig {
-            root: (*root).clone(),
-            kv,
-        })?
-        .into_iter()
-        .filter(|t| t.id().starts_with("sluice.kv")),
+        builtin::tools(BuiltinConfig::new((*root).clone()).with_kv(kv))?
+            .into_iter()
+            .filter(|t| t.id().starts_with("sluice.kv")),
     );
     Ok(out)
 }

@@ -71,13 +71,10 @@ pub(crate) fn run(command: Command) -> anyhow::Result<ExitCode> {
             .into());
         }
     }
-    let options = ImportOptions {
-        prefix: args.prefix.clone(),
-        mcp: McpOptions {
-            connect_timeout: Duration::from_millis(args.timeout_ms.max(1)),
-            ..McpOptions::default()
-        },
-    };
+    let mut options = ImportOptions::default().with_mcp(
+        McpOptions::default().with_connect_timeout(Duration::from_millis(args.timeout_ms.max(1))),
+    );
+    options.prefix = args.prefix.clone();
     let runtime = tokio::runtime::Runtime::new()?;
     let imported = runtime.block_on(import_manifests(&endpoint, &options))?;
     let mut invalid_tools = Vec::new();

@@ -32,9 +32,7 @@ struct Entry {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let options = ValidateOptions {
-        production: args.production,
-    };
+    let options = ValidateOptions::default().with_production(args.production);
     let mut entries: Vec<Entry> = Vec::new();
     for path in &args.paths {
         let raws = match read_manifests(path) {

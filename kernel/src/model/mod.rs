@@ -42,13 +42,16 @@ mod validate;
 
 pub use batch::{Batch, Call, CallError, Status, DEFAULT_TENANT};
 pub use load::{parse_json, read_json, read_manifests, ManifestSource, RawManifest};
-pub use manifest::*;
+pub use manifest::{
+    split_command_line, AccessMode, CodeArtifactRef, Effect, EffectKind, HttpAuthSpec,
+    HttpHeaderSpec, HttpMethod, HttpRequestBodySpec, HttpToolSpec, JsonObject, Limits, Manifest,
+    McpEndpoint, Need, NeedsSpec, NetworkPolicy, NonEmptyString, PositiveInt, Sandbox, ShapeError,
+    StatusCode, StatusRange, ToolSecretRef, ToolSpec, Transport, Version,
+};
 pub use template::{
     resource_placeholders, TemplateSyntaxError, TextPart, TextTemplate, UrlTemplate,
 };
 pub(crate) use validate::compile_schema;
-pub use validate::{
-    schema_accepts, schema_dialect, validate, Report, ValidateOptions, MANIFEST_SCHEMA,
-};
+pub use validate::{schema_accepts, validate, Report, ValidateOptions, MANIFEST_SCHEMA};
 
 pub use crate::error::Diagnostic;

@@ -27,7 +27,8 @@ use std::sync::OnceLock;
 use serde_json::{Map, Value};
 
 use super::manifest::{
-    AccessMode, CodeArtifactRef, HttpRequestBodySpec, Manifest, NetworkPolicy, ToolSpec, Transport,
+    AccessMode, CodeArtifactRef, HttpRequestBodySpec, HttpToolSpec, Manifest, NetworkPolicy,
+    ToolSpec, Transport,
 };
 use super::template::{self, TextTemplate, UrlTemplate};
 use crate::error::escape_pointer;
@@ -56,10 +57,19 @@ impl Report {
 
 /// Options for [`validate`].
 #[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
 pub struct ValidateOptions {
     /// Turn what production servers SHOULD refuse into errors (a `filesystem`
     /// codeArtifactRef). Default: `false` (they are warnings).
     pub production: bool,
+}
+
+impl ValidateOptions {
+    /// These options with `production` set.
+    pub fn with_production(mut self, production: bool) -> Self {
+        self.production = production;
+        self
+    }
 }
 
 fn manifest_schema() -> Option<&'static jsonschema::Validator> {
@@ -170,7 +180,7 @@ const DRAFT_2020_12: &str = "https://json-schema.org/draft/2020-12/schema";
 
 /// The dialect a tool's input or output schema is in: Draft 2020-12, or for an MCP tool what its
 /// `$schema` declares (draft-06, draft-07, 2019-09 or 2020-12).
-pub fn schema_dialect(
+pub(crate) fn schema_dialect(
     manifest: &Manifest,
     schema: &Map<String, Value>,
 ) -> Result<jsonschema::Draft, String> {
@@ -213,29 +223,46 @@ pub(crate) fn compile_schema(
         .map_err(|e| format!("does not compile as a JSON Schema: {e}"))
 }
 
-fn rules(m: &Manifest, options: ValidateOptions, report: &mut Report) {
-    let errors = &mut report.errors;
-    let warnings = &mut report.warnings;
+/// The findings of the rules beyond the schema, as they are made.
+struct Findings<'a> {
+    m: &'a Manifest,
+    /// The input schema's top-level property names (placeholders should name one).
+    declared: Option<Vec<&'a str>>,
+    errors: Vec<Diagnostic>,
+    warnings: Vec<Diagnostic>,
+}
 
-    for (name, schema) in [("input", &m.input), ("output", &m.output)] {
-        if let Err(why) = compile_schema(m, schema) {
-            let pointer = if why.starts_with("`$schema`") {
-                format!("/{name}/$schema")
-            } else {
-                format!("/{name}")
-            };
-            errors.push(Diagnostic::new(pointer, format!("the {name} schema {why}")));
-        }
+fn rules(m: &Manifest, options: ValidateOptions, report: &mut Report) {
+    let mut f = Findings {
+        m,
+        declared: m
+            .input
+            .get("properties")
+            .and_then(Value::as_object)
+            .map(|p| p.keys().map(String::as_str).collect()),
+        errors: Vec::new(),
+        warnings: Vec::new(),
+    };
+    f.schemas();
+    f.resource_templates();
+    f.transport();
+    if let Some(ToolSpec::Http(http)) = &m.spec {
+        f.http_spec(http);
     }
-    let declared: Option<Vec<&str>> = m
-        .input
-        .get("properties")
-        .and_then(Value::as_object)
-        .map(|p| p.keys().map(String::as_str).collect());
-    let undeclared = |pointer: String, names: Vec<&str>, warnings: &mut Vec<Diagnostic>| {
+    f.needs_spec();
+    f.effect_lints();
+    f.artifact_lint(options);
+    f.network_lint();
+    report.errors.append(&mut f.errors);
+    report.warnings.append(&mut f.warnings);
+}
+
+impl Findings<'_> {
+    /// A warning for each placeholder the input schema does not declare.
+    fn undeclared(&mut self, pointer: String, names: Vec<&str>) {
         for n in names {
-            if !declared.as_ref().is_some_and(|d| d.contains(&n)) {
-                warnings.push(Diagnostic::new(
+            if !self.declared.as_ref().is_some_and(|d| d.contains(&n)) {
+                self.warnings.push(Diagnostic::new(
                     pointer.clone(),
                     format!(
                         "the placeholder `{{{n}}}` names no property of the input schema: a \
@@ -244,75 +271,92 @@ fn rules(m: &Manifest, options: ValidateOptions, report: &mut Report) {
                 ));
             }
         }
-    };
+    }
 
-    // Effects: resource templates.
-    for (i, e) in m.effects().iter().enumerate() {
-        if let Some(r) = &e.resource {
-            let pointer = format!("/effects/{i}/resource");
-            match template::resource_placeholders(r) {
-                Ok(names) => undeclared(
-                    pointer,
-                    names.iter().map(String::as_str).collect(),
-                    warnings,
-                ),
-                Err(err) => errors.push(Diagnostic::new(
-                    pointer,
-                    format!("the resource template `{r}` is not well formed {err}"),
-                )),
+    /// The input and output schemas compile in their dialect.
+    fn schemas(&mut self) {
+        let m = self.m;
+        for (name, schema) in [("input", &m.input), ("output", &m.output)] {
+            if let Err(why) = compile_schema(m, schema) {
+                let pointer = if why.starts_with("`$schema`") {
+                    format!("/{name}/$schema")
+                } else {
+                    format!("/{name}")
+                };
+                self.errors
+                    .push(Diagnostic::new(pointer, format!("the {name} schema {why}")));
             }
         }
     }
 
-    // Transport coherence.
-    let transport = m.transport();
-    if transport == Transport::Mcp && m.mcp_endpoint.is_none() {
-        errors.push(Diagnostic::new(
-            "/transport",
-            "`transport: mcp` needs an `mcpEndpoint` (mcp+stdio://, mcp+http:// or mcp+sse://)",
-        ));
-    }
-    if let Some(endpoint) = &m.mcp_endpoint {
-        if let Some(Err(why)) = endpoint.argv() {
-            errors.push(Diagnostic::new("/mcpEndpoint", format!("{why}")));
-        }
-        if transport == Transport::Native {
-            warnings.push(Diagnostic::new(
-                "/mcpEndpoint",
-                "`transport: native` runs the tool in process: its `mcpEndpoint` is never used",
-            ));
-        }
-    }
-    if m.spec.is_some() {
-        match transport {
-            Transport::Native => errors.push(Diagnostic::new(
-                "/spec",
-                "`transport: native` cannot carry a `spec`: a native tool is carried out by a \
-                 handler registered in code",
-            )),
-            Transport::Mcp => errors.push(Diagnostic::new(
-                "/spec",
-                "`transport: mcp` cannot carry a `spec`: the MCP server carries the tool out",
-            )),
-            Transport::Auto => {}
-        }
-        if m.code_artifact_ref.is_some() {
-            errors.push(Diagnostic::new(
-                "/codeArtifactRef",
-                "`spec` and `codeArtifactRef` never come together: a tool has one handler",
-            ));
+    /// Resource templates are well formed.
+    fn resource_templates(&mut self) {
+        let m = self.m;
+        for (i, e) in m.effects().iter().enumerate() {
+            if let Some(r) = &e.resource {
+                let pointer = format!("/effects/{i}/resource");
+                match template::resource_placeholders(r) {
+                    Ok(names) => {
+                        self.undeclared(pointer, names.iter().map(String::as_str).collect())
+                    }
+                    Err(err) => self.errors.push(Diagnostic::new(
+                        pointer,
+                        format!("the resource template `{r}` is not well formed {err}"),
+                    )),
+                }
+            }
         }
     }
 
-    // The HTTP spec.
-    if let Some(ToolSpec::Http(http)) = &m.spec {
+    /// `transport`, `mcpEndpoint`, `spec` and `codeArtifactRef` agree.
+    fn transport(&mut self) {
+        let m = self.m;
+        let transport = m.transport();
+        if transport == Transport::Mcp && m.mcp_endpoint.is_none() {
+            self.errors.push(Diagnostic::new(
+                "/transport",
+                "`transport: mcp` needs an `mcpEndpoint` (mcp+stdio://, mcp+http:// or mcp+sse://)",
+            ));
+        }
+        if let Some(endpoint) = &m.mcp_endpoint {
+            if let Some(Err(why)) = endpoint.argv() {
+                self.errors
+                    .push(Diagnostic::new("/mcpEndpoint", format!("{why}")));
+            }
+            if transport == Transport::Native {
+                self.warnings.push(Diagnostic::new(
+                    "/mcpEndpoint",
+                    "`transport: native` runs the tool in process: its `mcpEndpoint` is never used",
+                ));
+            }
+        }
+        if m.spec.is_some() {
+            match transport {
+                Transport::Native => self.errors.push(Diagnostic::new(
+                    "/spec",
+                    "`transport: native` cannot carry a `spec`: a native tool is carried out by a \
+                 handler registered in code",
+                )),
+                Transport::Mcp => self.errors.push(Diagnostic::new(
+                    "/spec",
+                    "`transport: mcp` cannot carry a `spec`: the MCP server carries the tool out",
+                )),
+                Transport::Auto => {}
+            }
+            if m.code_artifact_ref.is_some() {
+                self.errors.push(Diagnostic::new(
+                    "/codeArtifactRef",
+                    "`spec` and `codeArtifactRef` never come together: a tool has one handler",
+                ));
+            }
+        }
+    }
+
+    /// The HTTP spec: URL template, headers, body template, success range, auth header.
+    fn http_spec(&mut self, http: &HttpToolSpec) {
         match UrlTemplate::parse(&http.url_template) {
-            Ok(u) => undeclared(
-                "/spec/urlTemplate".into(),
-                u.template().placeholders(),
-                warnings,
-            ),
-            Err(err) => errors.push(Diagnostic::new(
+            Ok(u) => self.undeclared("/spec/urlTemplate".into(), u.template().placeholders()),
+            Err(err) => self.errors.push(Diagnostic::new(
                 "/spec/urlTemplate",
                 format!("the URL template `{}` {err}", http.url_template.as_str()),
             )),
@@ -320,20 +364,20 @@ fn rules(m: &Manifest, options: ValidateOptions, report: &mut Report) {
         for (i, h) in http.headers.iter().flatten().enumerate() {
             let pointer = format!("/spec/headers/{i}");
             if !h.name.bytes().all(is_header_name_byte) {
-                errors.push(Diagnostic::new(
+                self.errors.push(Diagnostic::new(
                     format!("{pointer}/name"),
                     format!("`{}` is not a valid HTTP header name", h.name.as_str()),
                 ));
             }
             if h.value.contains(['\r', '\n']) {
-                errors.push(Diagnostic::new(
+                self.errors.push(Diagnostic::new(
                     format!("{pointer}/value"),
                     "a header value may not hold a CR or LF",
                 ));
             }
             match TextTemplate::parse(&h.value) {
-                Ok(t) => undeclared(format!("{pointer}/value"), t.placeholders(), warnings),
-                Err(err) => errors.push(Diagnostic::new(
+                Ok(t) => self.undeclared(format!("{pointer}/value"), t.placeholders()),
+                Err(err) => self.errors.push(Diagnostic::new(
                     format!("{pointer}/value"),
                     format!("the header value template is not well formed {err}"),
                 )),
@@ -341,12 +385,8 @@ fn rules(m: &Manifest, options: ValidateOptions, report: &mut Report) {
         }
         if let Some(HttpRequestBodySpec::Text { template }) = &http.request_body {
             match TextTemplate::parse(template) {
-                Ok(t) => undeclared(
-                    "/spec/requestBody/template".into(),
-                    t.placeholders(),
-                    warnings,
-                ),
-                Err(err) => errors.push(Diagnostic::new(
+                Ok(t) => self.undeclared("/spec/requestBody/template".into(), t.placeholders()),
+                Err(err) => self.errors.push(Diagnostic::new(
                     "/spec/requestBody/template",
                     format!("the body template is not well formed {err}"),
                 )),
@@ -354,7 +394,7 @@ fn rules(m: &Manifest, options: ValidateOptions, report: &mut Report) {
         }
         if let Some(s) = &http.success_status {
             if s.min > s.max {
-                errors.push(Diagnostic::new(
+                self.errors.push(Diagnostic::new(
                     "/spec/successStatus",
                     format!(
                         "`min` ({}) is above `max` ({}): no status would be a success",
@@ -367,7 +407,7 @@ fn rules(m: &Manifest, options: ValidateOptions, report: &mut Report) {
         if let Some(super::manifest::HttpAuthSpec::Header { header_name, .. }) = &http.authorization
         {
             if !header_name.bytes().all(is_header_name_byte) {
-                errors.push(Diagnostic::new(
+                self.errors.push(Diagnostic::new(
                     "/spec/authorization/headerName",
                     format!("`{}` is not a valid HTTP header name", header_name.as_str()),
                 ));
@@ -375,111 +415,129 @@ fn rules(m: &Manifest, options: ValidateOptions, report: &mut Report) {
         }
     }
 
-    // needsSpec schemas.
-    if let Some(ns) = &m.needs_spec {
-        for (field, map) in [
-            ("env", &ns.env),
-            ("secrets", &ns.secrets),
-            ("config", &ns.config),
-        ] {
-            for (name, schema) in map.iter().flatten() {
-                if let Err(e) = jsonschema::options()
-                    .with_draft(jsonschema::Draft::Draft202012)
-                    .build(&Value::Object(schema.clone()))
-                {
-                    errors.push(Diagnostic::new(
-                        format!("/needsSpec/{field}/{}", escape_pointer(name)),
-                        format!("the schema of `{name}` does not compile: {e}"),
-                    ));
+    /// The `needsSpec` schemas compile.
+    fn needs_spec(&mut self) {
+        let m = self.m;
+        if let Some(ns) = &m.needs_spec {
+            for (field, map) in [
+                ("env", &ns.env),
+                ("secrets", &ns.secrets),
+                ("config", &ns.config),
+            ] {
+                for (name, schema) in map.iter().flatten() {
+                    if let Err(e) = jsonschema::options()
+                        .with_draft(jsonschema::Draft::Draft202012)
+                        .build(&Value::Object(schema.clone()))
+                    {
+                        self.errors.push(Diagnostic::new(
+                            format!("/needsSpec/{field}/{}", escape_pointer(name)),
+                            format!("the schema of `{name}` does not compile: {e}"),
+                        ));
+                    }
                 }
             }
         }
     }
 
-    // Lints.
-    if !m.is_read_only() && !m.declares_changing_effect() {
-        let pointer = if m.effects.is_some() {
-            "/effects"
-        } else if m.mutating.is_some() {
-            "/mutating"
-        } else {
-            ""
-        };
-        warnings.push(Diagnostic::new(
-            pointer,
-            "the tool is not read-only but declares no changing effect, so it will run alone: \
+    /// A tool that is not read-only but declares no changing effect; `mutating: false` with a
+    /// changing effect.
+    fn effect_lints(&mut self) {
+        let m = self.m;
+        if !m.is_read_only() && !m.declares_changing_effect() {
+            let pointer = if m.effects.is_some() {
+                "/effects"
+            } else if m.mutating.is_some() {
+                "/mutating"
+            } else {
+                ""
+            };
+            self.warnings.push(Diagnostic::new(
+                pointer,
+                "the tool is not read-only but declares no changing effect, so it will run alone: \
              the kernel cannot know what it changes; set `mutating: false` or declare its \
              changing effects",
-        ));
-    }
-    if m.mutating == Some(false) {
-        if let Some(i) = m
-            .effects()
-            .iter()
-            .position(|e| e.kind.mode() == AccessMode::Write)
-        {
-            warnings.push(Diagnostic::new(
-                format!("/effects/{i}/kind"),
-                format!(
-                    "`mutating: false` but the tool declares a changing effect (`{}`): the \
-                     effect wins, the tool is treated as mutating",
-                    m.effects()[i].kind
-                ),
             ));
         }
-    }
-    match &m.code_artifact_ref {
-        Some(CodeArtifactRef::Filesystem { .. }) => {
-            let d = Diagnostic::new(
-                "/codeArtifactRef",
-                "a `filesystem` codeArtifactRef points at a handler on a developer's disk; \
-                 production servers refuse it",
-            );
-            if options.production {
-                errors.push(d);
-            } else {
-                warnings.push(d);
-            }
-        }
-        Some(CodeArtifactRef::Oci {
-            artifact_version, ..
-        }) if !looks_like_artifact_version(artifact_version) => {
-            warnings.push(Diagnostic::new(
-                "/codeArtifactRef/artifactVersion",
-                format!(
-                    "`{}` does not look like YYYYMMDD.N",
-                    artifact_version.as_str()
-                ),
-            ));
-        }
-        _ => {}
-    }
-    match &m.network {
-        Some(NetworkPolicy::Allowlist { hosts }) if hosts.is_empty() => {
-            warnings.push(Diagnostic::new(
-                "/network/hosts",
-                "an empty allowlist allows no host at all",
-            ));
-        }
-        Some(NetworkPolicy::None {}) => {
-            let network_effect = m
+        if m.mutating == Some(false) {
+            if let Some(i) = m
                 .effects()
                 .iter()
-                .position(|e| e.kind == super::manifest::EffectKind::Network);
-            if let Some(i) = network_effect {
-                warnings.push(Diagnostic::new(
+                .position(|e| e.kind.mode() == AccessMode::Write)
+            {
+                self.warnings.push(Diagnostic::new(
+                    format!("/effects/{i}/kind"),
+                    format!(
+                        "`mutating: false` but the tool declares a changing effect (`{}`): the \
+                     effect wins, the tool is treated as mutating",
+                        m.effects()[i].kind
+                    ),
+                ));
+            }
+        }
+    }
+
+    /// A `filesystem` codeArtifactRef (an error in production); an artifactVersion not like
+    /// `YYYYMMDD.N`.
+    fn artifact_lint(&mut self, options: ValidateOptions) {
+        let m = self.m;
+        match &m.code_artifact_ref {
+            Some(CodeArtifactRef::Filesystem { .. }) => {
+                let d = Diagnostic::new(
+                    "/codeArtifactRef",
+                    "a `filesystem` codeArtifactRef points at a handler on a developer's disk; \
+                 production servers refuse it",
+                );
+                if options.production {
+                    self.errors.push(d);
+                } else {
+                    self.warnings.push(d);
+                }
+            }
+            Some(CodeArtifactRef::Oci {
+                artifact_version, ..
+            }) if !looks_like_artifact_version(artifact_version) => {
+                self.warnings.push(Diagnostic::new(
+                    "/codeArtifactRef/artifactVersion",
+                    format!(
+                        "`{}` does not look like YYYYMMDD.N",
+                        artifact_version.as_str()
+                    ),
+                ));
+            }
+            _ => {}
+        }
+    }
+
+    /// An empty allowlist; `network: none` on a tool that needs the network.
+    fn network_lint(&mut self) {
+        let m = self.m;
+        match &m.network {
+            Some(NetworkPolicy::Allowlist { hosts }) if hosts.is_empty() => {
+                self.warnings.push(Diagnostic::new(
+                    "/network/hosts",
+                    "an empty allowlist allows no host at all",
+                ));
+            }
+            Some(NetworkPolicy::None {}) => {
+                let network_effect = m
+                    .effects()
+                    .iter()
+                    .position(|e| e.kind == super::manifest::EffectKind::Network);
+                if let Some(i) = network_effect {
+                    self.warnings.push(Diagnostic::new(
                     format!("/effects/{i}"),
                     "the tool declares a `network` effect but `network: none` refuses all egress",
                 ));
+                }
+                if matches!(m.spec, Some(ToolSpec::Http(_))) {
+                    self.warnings.push(Diagnostic::new(
+                        "/network",
+                        "an HTTP tool with `network: none` can never send its request",
+                    ));
+                }
             }
-            if matches!(m.spec, Some(ToolSpec::Http(_))) {
-                warnings.push(Diagnostic::new(
-                    "/network",
-                    "an HTTP tool with `network: none` can never send its request",
-                ));
-            }
+            _ => {}
         }
-        _ => {}
     }
 }
 

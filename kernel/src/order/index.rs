@@ -497,11 +497,33 @@ impl ConflictIndex {
         }
     }
 
+    /// A wildcard access, in four steps: against the exact resources it matches, against the
+    /// earlier wildcard entries it overlaps, pruning the entries a write contains, and recording
+    /// its own entry.
     fn insert_wild(&mut self, call: usize, resource: &Pattern, mode: AccessMode, reads: bool) {
         let id = self.intern(resource);
         let prefix = resource.literal_prefix();
+        self.wild_against_exact(call, resource, mode, reads);
+        let (buckets, shorter) = self.overlapping_buckets(prefix);
+        self.wild_against_wild(call, resource, id, mode, reads, &buckets);
+        if mode == AccessMode::Write {
+            // The entries a write contains can only sit in buckets whose prefix starts with ours.
+            self.prune_contained(id, &buckets[shorter..]);
+        }
+        self.scratch_prefixes = buckets;
+        self.record_wild(call, id, prefix, mode);
+    }
 
-        // 1. Exact resources this pattern matches.
+    /// Step 1: the exact resources the pattern matches. A read waits for each one's last writer;
+    /// a write takes each one over (invariant **no newer wildcard writer**).
+    fn wild_against_exact(
+        &mut self,
+        call: usize,
+        resource: &Pattern,
+        mode: AccessMode,
+        reads: bool,
+    ) {
+        let prefix = resource.literal_prefix();
         self.scratch_keys.clear();
         let exact = &self.exact;
         let sorted = self
@@ -532,7 +554,6 @@ impl ConflictIndex {
                     }
                 }
                 AccessMode::Write => {
-                    // This write takes the resource over (no newer wildcard writer).
                     state.last_writer = Some(call);
                     state.reads_synced = seq + 1;
                     let mut readers = std::mem::take(&mut self.scratch_calls);
@@ -544,9 +565,12 @@ impl ConflictIndex {
             }
         }
         self.scratch_keys = keys;
+    }
 
-        // 2. Earlier wildcard entries that overlap it: buckets whose prefix is a prefix of ours
-        //    (shorter), and buckets whose prefix starts with ours (equal or longer).
+    /// Step 2's buckets: those whose prefix is a prefix of `prefix` (shorter), then those whose
+    /// prefix starts with it (equal or longer), and how many are shorter. The list is the
+    /// index's scratch buffer: the caller gives it back.
+    fn overlapping_buckets(&mut self, prefix: &str) -> (Vec<Box<str>>, usize) {
         self.prefixes_of(prefix, false);
         let mut buckets = std::mem::take(&mut self.scratch_prefixes);
         let shorter = buckets.len();
@@ -559,22 +583,30 @@ impl ConflictIndex {
             }
             buckets.push(p.clone());
         }
-        for b in &buckets {
+        (buckets, shorter)
+    }
+
+    /// Step 2: an edge from each earlier wildcard entry the pattern overlaps and conflicts with.
+    fn wild_against_wild(
+        &mut self,
+        call: usize,
+        resource: &Pattern,
+        id: u32,
+        mode: AccessMode,
+        reads: bool,
+        buckets: &[Box<str>],
+    ) {
+        let after_write = if reads {
+            EdgeKind::ReadAfterWrite
+        } else {
+            EdgeKind::WriteAfterWrite
+        };
+        for b in buckets {
             let Some(bucket) = self.wild.get(b) else {
                 continue;
             };
-            let mut candidates: Vec<(WildEntry, EdgeKind)> = bucket
-                .writes
-                .iter()
-                .map(|e| {
-                    let kind = if reads {
-                        EdgeKind::ReadAfterWrite
-                    } else {
-                        EdgeKind::WriteAfterWrite
-                    };
-                    (*e, kind)
-                })
-                .collect();
+            let mut candidates: Vec<(WildEntry, EdgeKind)> =
+                bucket.writes.iter().map(|e| (*e, after_write)).collect();
             if mode == AccessMode::Write {
                 candidates.extend(bucket.reads.iter().map(|e| (*e, EdgeKind::WriteAfterRead)));
             }
@@ -585,29 +617,30 @@ impl ConflictIndex {
                 }
             }
         }
+    }
 
-        // 3. A write removes the earlier entries it contains; they can only sit in buckets whose
-        //    prefix starts with ours.
-        if mode == AccessMode::Write {
-            for b in &buckets[shorter..] {
-                let Some(mut bucket) = self.wild.remove(b) else {
-                    continue;
-                };
-                let mut keep = |e: &WildEntry| !self.contains(id, e.pattern);
-                bucket.reads.retain(&mut keep);
-                bucket.writes.retain(&mut keep);
-                if bucket.reads.is_empty() && bucket.writes.is_empty() {
-                    self.drop_prefix_len(b.len());
-                } else {
-                    self.wild.insert(b.clone(), bucket);
-                }
+    /// Step 3: a write removes the earlier entries it contains (a later access that overlaps
+    /// one of them overlaps the write too, and is ordered after it).
+    fn prune_contained(&mut self, id: u32, buckets: &[Box<str>]) {
+        for b in buckets {
+            let Some(mut bucket) = self.wild.remove(b) else {
+                continue;
+            };
+            let mut keep = |e: &WildEntry| !self.contains(id, e.pattern);
+            bucket.reads.retain(&mut keep);
+            bucket.writes.retain(&mut keep);
+            if bucket.reads.is_empty() && bucket.writes.is_empty() {
+                self.drop_prefix_len(b.len());
+            } else {
+                self.wild.insert(b.clone(), bucket);
             }
         }
-        self.scratch_prefixes = buckets;
+    }
 
-        // 4. Record the entry.
+    /// Step 4: the access's own entry, in its prefix's bucket.
+    fn record_wild(&mut self, call: usize, id: u32, prefix: &str, mode: AccessMode) {
         let entry = WildEntry {
-            seq,
+            seq: self.seq,
             call,
             pattern: id,
         };

@@ -15,6 +15,7 @@ pub enum OnFailure {
 
 /// Options a kernel is built with (see [`KernelBuilder`](super::KernelBuilder) for the defaults).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct KernelOptions {
     /// The most calls running at once across all tenants (`None`: no cap).
     pub max_concurrency: Option<usize>,
@@ -42,10 +43,25 @@ impl Default for KernelOptions {
 
 /// Options of one batch.
 #[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
 pub struct BatchOptions {
     /// Overrides the kernel's failure mode for this batch.
     pub on_failure: Option<OnFailure>,
     /// Ready calls of higher priority get permits first (default 0); among equals, submission
     /// order.
     pub priority: i32,
+}
+
+impl BatchOptions {
+    /// These options with this batch's failure mode.
+    pub fn with_on_failure(mut self, mode: OnFailure) -> Self {
+        self.on_failure = Some(mode);
+        self
+    }
+
+    /// These options with this batch's priority.
+    pub fn with_priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
 }

@@ -46,9 +46,18 @@ use crate::model::{TextPart, TextTemplate, UrlTemplate};
 
 /// Options of the HTTP synthesizer.
 #[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
 pub struct HttpOptions {
     /// Allow requests to cloud metadata addresses. Default `false`.
     pub allow_metadata: bool,
+}
+
+impl HttpOptions {
+    /// These options, allowing (or not) requests to cloud metadata addresses.
+    pub fn with_allow_metadata(mut self, allow: bool) -> Self {
+        self.allow_metadata = allow;
+        self
+    }
 }
 
 /// The `http` spec synthesizer: one shared client for every HTTP tool.
@@ -79,33 +88,8 @@ impl SpecSynthesizer for HttpSynthesizer {
         let Some(ToolSpec::Http(spec)) = &manifest.spec else {
             return Err("the manifest has no http spec".into());
         };
-        let url =
-            UrlTemplate::parse(&spec.url_template).map_err(|e| format!("the URL template {e}"))?;
-        let body = match &spec.request_body {
-            Some(HttpRequestBodySpec::Text { template }) => {
-                Some(TextTemplate::parse(template).map_err(|e| format!("the body template {e}"))?)
-            }
-            _ => None,
-        };
-        let headers = spec
-            .headers
-            .iter()
-            .flatten()
-            .map(|h| {
-                TextTemplate::parse(&h.value)
-                    .map(|t| (h.name.to_string(), t))
-                    .map_err(|e| format!("the header `{}` {e}", h.name.as_str()))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Arc::new(HttpHandler(Arc::new(HttpTool {
-            client: self.client.clone(),
-            spec: spec.clone(),
-            url,
-            body,
-            headers,
-            network: manifest.network.clone(),
-            options: self.options,
-        }))))
+        let tool = HttpTool::new(self.client.clone(), spec, manifest, self.options)?;
+        Ok(Arc::new(HttpHandler(Arc::new(tool))))
     }
 }
 
@@ -271,9 +255,57 @@ fn has_header(headers: &[(String, String)], name: &str) -> bool {
     headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name))
 }
 
+/// A request as it will be sent, before any I/O: what [`HttpTool::build_request`] makes of a
+/// call's input.
+#[derive(Debug, Clone, PartialEq)]
+struct OutgoingRequest {
+    method: reqwest::Method,
+    url: String,
+    headers: Vec<(String, String)>,
+    /// The body and its default content type.
+    body: Option<(Vec<u8>, &'static str)>,
+}
+
 impl HttpTool {
+    /// Compiles a tool's HTTP spec (its templates parsed once).
+    fn new(
+        client: reqwest::Client,
+        spec: &HttpToolSpec,
+        manifest: &Manifest,
+        options: HttpOptions,
+    ) -> Result<Self, String> {
+        let url =
+            UrlTemplate::parse(&spec.url_template).map_err(|e| format!("the URL template {e}"))?;
+        let body = match &spec.request_body {
+            Some(HttpRequestBodySpec::Text { template }) => {
+                Some(TextTemplate::parse(template).map_err(|e| format!("the body template {e}"))?)
+            }
+            _ => None,
+        };
+        let headers = spec
+            .headers
+            .iter()
+            .flatten()
+            .map(|h| {
+                TextTemplate::parse(&h.value)
+                    .map(|t| (h.name.to_string(), t))
+                    .map_err(|e| format!("the header `{}` {e}", h.name.as_str()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(HttpTool {
+            client,
+            spec: spec.clone(),
+            url,
+            body,
+            headers,
+            network: manifest.network.clone(),
+            options,
+        })
+    }
+
+    /// Egress first, then the request, then the exchange under the tool's timeout, then the
+    /// verdict on the response.
     async fn call(&self, ctx: ToolContext, input: Value) -> Result<Value, ToolError> {
-        // 1. Egress, before anything else.
         check_egress(
             self.network.as_ref(),
             self.url.host(),
@@ -285,27 +317,37 @@ impl HttpTool {
                 format!("the request was not sent: {why}"),
             )
         })?;
-        // 2. The secret.
+        let request = self.build_request(&ctx, &input)?;
+        let (status, bytes) = self.exchange(request).await?;
+        self.judge_response(status, &bytes)
+    }
+
+    /// The request a call's input makes: the secret's header, the URL and headers filled in
+    /// (values percent-encoded in the URL), the body. No I/O.
+    fn build_request(
+        &self,
+        ctx: &ToolContext,
+        input: &Value,
+    ) -> Result<OutgoingRequest, ToolError> {
         let mut headers: Vec<(String, String)> = Vec::new();
         match &self.spec.authorization {
             Some(HttpAuthSpec::Bearer { secret_ref }) => {
-                let s = secret(&ctx, secret_ref.name.as_str())?;
+                let s = secret(ctx, secret_ref.name.as_str())?;
                 headers.push(("Authorization".into(), format!("Bearer {s}")));
             }
             Some(HttpAuthSpec::Header {
                 header_name,
                 secret_ref,
             }) => {
-                let s = secret(&ctx, secret_ref.name.as_str())?;
+                let s = secret(ctx, secret_ref.name.as_str())?;
                 headers.push((header_name.to_string(), s));
             }
             None => {}
         }
-        // 3. URL and headers.
         let mut consumed = Vec::new();
-        let url = fill(self.url.template(), &input, true, true, &mut consumed)?;
+        let url = fill(self.url.template(), input, true, true, &mut consumed)?;
         for (name, t) in &self.headers {
-            let v = fill(t, &input, false, false, &mut Vec::new())?;
+            let v = fill(t, input, false, false, &mut Vec::new())?;
             if v.contains(['\r', '\n']) {
                 return Err(invalid(format!(
                     "the header `{name}` would hold a CR or LF"
@@ -313,7 +355,28 @@ impl HttpTool {
             }
             headers.push((name.clone(), v));
         }
-        // 4. Body.
+        let method = match self.spec.method {
+            HttpMethod::Get => reqwest::Method::GET,
+            HttpMethod::Post => reqwest::Method::POST,
+            HttpMethod::Put => reqwest::Method::PUT,
+            HttpMethod::Patch => reqwest::Method::PATCH,
+            HttpMethod::Delete => reqwest::Method::DELETE,
+        };
+        Ok(OutgoingRequest {
+            method,
+            url,
+            headers,
+            body: self.body(input, &consumed)?,
+        })
+    }
+
+    /// The body: the declared kind, else the input as JSON for POST, PUT and PATCH (without the
+    /// properties the URL consumed).
+    fn body(
+        &self,
+        input: &Value,
+        consumed: &[String],
+    ) -> Result<Option<(Vec<u8>, &'static str)>, ToolError> {
         let kind = match (&self.spec.request_body, self.spec.method) {
             (Some(b), _) => Some(b.clone()),
             (None, HttpMethod::Post | HttpMethod::Put | HttpMethod::Patch) => {
@@ -321,11 +384,11 @@ impl HttpTool {
             }
             (None, _) => None,
         };
-        let body: Option<(Vec<u8>, &str)> = match kind {
+        Ok(match kind {
             None => None,
             Some(HttpRequestBodySpec::JsonInput {}) => {
                 let mut rest: Map<String, Value> = input.as_object().cloned().unwrap_or_default();
-                for k in &consumed {
+                for k in consumed {
                     rest.remove(k);
                 }
                 Some((
@@ -338,53 +401,53 @@ impl HttpTool {
             }
             Some(HttpRequestBodySpec::Text { .. }) => {
                 let t = self.body.as_ref().map_or(Ok(String::new()), |t| {
-                    fill(t, &input, true, false, &mut Vec::new())
+                    fill(t, input, true, false, &mut Vec::new())
                 })?;
                 Some((t.into_bytes(), "text/plain; charset=utf-8"))
             }
-        };
-        let method = match self.spec.method {
-            HttpMethod::Get => reqwest::Method::GET,
-            HttpMethod::Post => reqwest::Method::POST,
-            HttpMethod::Put => reqwest::Method::PUT,
-            HttpMethod::Patch => reqwest::Method::PATCH,
-            HttpMethod::Delete => reqwest::Method::DELETE,
-        };
-        let mut req = self.client.request(method, &url);
-        if let Some((bytes, content_type)) = body {
-            if !has_header(&headers, "content-type") {
+        })
+    }
+
+    /// Sends the request and reads the whole response within the tool's `timeoutMs`.
+    async fn exchange(&self, request: OutgoingRequest) -> Result<(u16, Vec<u8>), ToolError> {
+        let mut req = self.client.request(request.method, &request.url);
+        if let Some((bytes, content_type)) = request.body {
+            if !has_header(&request.headers, "content-type") {
                 req = req.header("Content-Type", content_type);
             }
             req = req.body(bytes);
         }
-        for (n, v) in &headers {
+        for (n, v) in &request.headers {
             req = req.header(n.as_str(), v.as_str());
         }
-        // 5. Send and judge.
         let timeout = Duration::from_millis(self.spec.timeout_ms.map_or(30_000, |t| t.get()));
         let exchange = async {
             let resp = req.send().await?;
             let status = resp.status().as_u16();
-            let bytes = resp.bytes().await?;
+            // Without a copy when the body is one buffer.
+            let bytes = Vec::from(resp.bytes().await?);
             Ok::<_, reqwest::Error>((status, bytes))
         };
-        let (status, bytes) = match tokio::time::timeout(timeout, exchange).await {
-            Err(_) => {
-                return Err(ToolError::new(
-                    ErrorCode::Timeout,
-                    format!("no complete response within {} ms", timeout.as_millis()),
-                ))
-            }
+        match tokio::time::timeout(timeout, exchange).await {
+            Err(_) => Err(ToolError::new(
+                ErrorCode::Timeout,
+                format!("no complete response within {} ms", timeout.as_millis()),
+            )),
             Ok(Err(e)) => {
                 let why = if e.is_connect() {
                     format!("cannot connect: {}", source_chain(&e))
                 } else {
                     source_chain(&e)
                 };
-                return Err(ToolError::new(ErrorCode::HttpFailed, why));
+                Err(ToolError::new(ErrorCode::HttpFailed, why))
             }
-            Ok(Ok(r)) => r,
-        };
+            Ok(Ok(r)) => Ok(r),
+        }
+    }
+
+    /// The verdict on a response: a status outside the success range is `http-status`; the body
+    /// is JSON (empty is `null`) unless `parseJson: false` makes it a string. No I/O.
+    fn judge_response(&self, status: u16, bytes: &[u8]) -> Result<Value, ToolError> {
         let (min, max) = self
             .spec
             .success_status
@@ -397,12 +460,12 @@ impl HttpTool {
             ));
         }
         if !self.spec.parse_json.unwrap_or(true) {
-            return Ok(Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+            return Ok(Value::String(String::from_utf8_lossy(bytes).into_owned()));
         }
         if bytes.iter().all(|b| b.is_ascii_whitespace()) {
             return Ok(Value::Null);
         }
-        serde_json::from_slice(&bytes).map_err(|e| {
+        serde_json::from_slice(bytes).map_err(|e| {
             ToolError::new(
                 ErrorCode::InvalidResponse,
                 format!(
@@ -496,5 +559,75 @@ mod tests {
         assert!(check_egress(Some(&list), "example.com", false).is_err());
         assert!(check_egress(Some(&NetworkPolicy::None {}), "127.0.0.1", false).is_err());
         assert!(check_egress(Some(&NetworkPolicy::Unrestricted {}), "127.0.0.1", false).is_ok());
+    }
+
+    fn tool(spec: serde_json::Value) -> (HttpTool, Arc<Manifest>) {
+        let m = Manifest::from_value(serde_json::json!({
+            "id": "t.http", "description": "d", "version": "1.0.0",
+            "input": {"type": "object"}, "output": {}, "spec": spec
+        }))
+        .unwrap();
+        let Some(ToolSpec::Http(spec)) = &m.spec else {
+            unreachable!()
+        };
+        let t = HttpTool::new(reqwest::Client::new(), spec, &m, HttpOptions::default()).unwrap();
+        (t, Arc::new(m))
+    }
+
+    /// The request is built without any I/O: URL values percent-encoded and consumed, headers
+    /// filled, the rest of the input as the JSON body of a POST.
+    #[test]
+    fn a_request_is_built_from_the_input_alone() {
+        let (t, m) = tool(serde_json::json!({
+            "kind": "http", "method": "POST",
+            "urlTemplate": "https://api.example.com/items/{id}",
+            "headers": [{"name": "X-Note", "value": "n={note}"}]
+        }));
+        let ctx = ToolContext::detached("acme", "c1", m);
+        let input = serde_json::json!({"id": "a/b", "note": "hi", "qty": 2});
+        let r = t.build_request(&ctx, &input).unwrap();
+        assert_eq!(r.method, reqwest::Method::POST);
+        assert_eq!(r.url, "https://api.example.com/items/a%2Fb");
+        assert_eq!(r.headers, vec![("X-Note".to_string(), "n=hi".to_string())]);
+        let (body, content_type) = r.body.unwrap();
+        assert_eq!(content_type, "application/json");
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body, serde_json::json!({"note": "hi", "qty": 2}));
+
+        let bad = serde_json::json!({"id": "x", "note": "a\r\nX-Evil: 1"});
+        let e = t.build_request(&ctx, &bad).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidInput);
+    }
+
+    /// The verdict on a response needs only its status and body.
+    #[test]
+    fn a_response_is_judged_by_its_status_and_body() {
+        let (t, _) = tool(serde_json::json!({
+            "kind": "http", "method": "GET", "urlTemplate": "https://api.example.com/x",
+            "successStatus": {"min": 200, "max": 204}
+        }));
+        assert_eq!(
+            t.judge_response(200, b"{\"a\": 1}").unwrap(),
+            serde_json::json!({"a": 1})
+        );
+        assert_eq!(t.judge_response(204, b"  ").unwrap(), Value::Null);
+        let e = t.judge_response(205, b"nope").unwrap_err();
+        assert_eq!(e.code, ErrorCode::HttpStatus);
+        assert!(
+            e.message.contains("205") && e.message.contains("nope"),
+            "{}",
+            e.message
+        );
+        let e = t.judge_response(200, b"<html>").unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidResponse);
+
+        let (raw, _) = tool(serde_json::json!({
+            "kind": "http", "method": "GET", "urlTemplate": "https://api.example.com/x",
+            "parseJson": false
+        }));
+        assert_eq!(
+            raw.judge_response(200, b"<html>").unwrap(),
+            Value::String("<html>".into())
+        );
     }
 }

@@ -121,16 +121,6 @@ impl Tool {
         &self.source
     }
 
-    /// The compiled input schema.
-    pub fn input_schema(&self) -> &jsonschema::Validator {
-        &self.input_schema
-    }
-
-    /// The compiled output schema.
-    pub fn output_schema(&self) -> &jsonschema::Validator {
-        &self.output_schema
-    }
-
     /// How to compute a call's accesses.
     pub fn access_plan(&self) -> &AccessPlan {
         &self.accesses

@@ -21,6 +21,7 @@ use super::session::{Endpoint, McpOptions};
 
 /// How to name what an import writes.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct ImportOptions {
     /// The id prefix (`<prefix>.<tool>`) and the resource scheme of read-only tools
     /// (`<prefix>:*`). Default: the server's name, its last `/`-separated part, lowercased, each
@@ -28,6 +29,20 @@ pub struct ImportOptions {
     pub prefix: Option<String>,
     /// How to reach the server.
     pub mcp: McpOptions,
+}
+
+impl ImportOptions {
+    /// These options with this prefix.
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// These options with these MCP options.
+    pub fn with_mcp(mut self, mcp: McpOptions) -> Self {
+        self.mcp = mcp;
+        self
+    }
 }
 
 /// What an import found.

@@ -33,6 +33,7 @@ use super::{memory, sse};
 
 /// How the kernel runs its MCP sessions.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct McpOptions {
     /// How long starting a server and the MCP handshake may take (default 60 s: an `npx -y`
     /// command line may install its package first).
@@ -42,6 +43,26 @@ pub struct McpOptions {
     pub memory_poll: Duration,
     /// The most requests a streamable HTTP session keeps in flight at once (default 64).
     pub http_max_in_flight: usize,
+}
+
+impl McpOptions {
+    /// These options with this connect timeout.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// These options with this memory poll interval.
+    pub fn with_memory_poll(mut self, every: Duration) -> Self {
+        self.memory_poll = every;
+        self
+    }
+
+    /// These options with this many requests in flight per HTTP session.
+    pub fn with_http_max_in_flight(mut self, n: usize) -> Self {
+        self.http_max_in_flight = n;
+        self
+    }
 }
 
 impl Default for McpOptions {

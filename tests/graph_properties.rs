@@ -240,3 +240,35 @@ fn a_second_reason_that_is_causal_makes_the_edge_causal() {
         ]
     );
 }
+
+/// The first access to an exact resource starts from the latest wildcard write that matches it,
+/// across buckets: here `k*y*` (bucket `k`) is newer than `kv:*x*` (bucket `kv:`), both match
+/// `kv:xy`, and a read of `kv:xy` must come after the newer one.
+#[test]
+fn a_new_exact_resource_starts_from_the_latest_matching_wildcard_write() {
+    let access = |kind: EffectKind, r: &str| Access::new(kind, Pattern::parse(r).unwrap());
+    let mut index = ConflictIndex::new();
+    let mut edges = Vec::new();
+    index.insert(0, &[access(EffectKind::Writes, "kv:*x*")], &mut edges);
+    index.insert(1, &[access(EffectKind::Writes, "k*y*")], &mut edges);
+    edges.clear();
+    index.insert(2, &[access(EffectKind::Reads, "kv:xy")], &mut edges);
+    let got: Vec<(usize, EdgeKind)> = edges.iter().map(|e| (e.from, e.kind)).collect();
+    assert_eq!(got, vec![(1, EdgeKind::ReadAfterWrite)]);
+}
+
+/// A wildcard write takes over the earlier wildcard entries it contains: a later access that
+/// overlaps them waits for the write alone (the older entry is reached through it).
+#[test]
+fn a_wildcard_write_prunes_the_entries_it_contains() {
+    let access = |kind: EffectKind, r: &str| Access::new(kind, Pattern::parse(r).unwrap());
+    let mut index = ConflictIndex::new();
+    let mut edges = Vec::new();
+    index.insert(0, &[access(EffectKind::Writes, "kv:ab*")], &mut edges);
+    index.insert(1, &[access(EffectKind::Writes, "kv:*")], &mut edges);
+    assert_eq!(edges.iter().map(|e| (e.from, e.to)).collect::<Vec<_>>(), vec![(0, 1)]);
+    edges.clear();
+    index.insert(2, &[access(EffectKind::Reads, "kv:a*")], &mut edges);
+    let got: Vec<(usize, EdgeKind)> = edges.iter().map(|e| (e.from, e.kind)).collect();
+    assert_eq!(got, vec![(1, EdgeKind::ReadAfterWrite)]);
+}

@@ -272,3 +272,23 @@ fn a_wildcard_write_prunes_the_entries_it_contains() {
     let got: Vec<(usize, EdgeKind)> = edges.iter().map(|e| (e.from, e.kind)).collect();
     assert_eq!(got, vec![(1, EdgeKind::ReadAfterWrite)]);
 }
+
+/// Forgetting finished calls keeps what the live ones impose: a live reader of a resource nobody
+/// wrote still makes a later write wait, and so does a live wildcard reader.
+#[test]
+fn forgetting_keeps_the_live_readers_of_an_unwritten_resource() {
+    let access = |kind: EffectKind, r: &str| Access::new(kind, Pattern::parse(r).unwrap());
+    let mut index = ConflictIndex::new();
+    let mut edges = Vec::new();
+    index.insert(0, &[access(EffectKind::Reads, "kv:a")], &mut edges);
+    index.insert(1, &[access(EffectKind::Reads, "kv:b")], &mut edges);
+    index.insert(2, &[access(EffectKind::Reads, "kv:c*")], &mut edges);
+    index.insert(3, &[access(EffectKind::Writes, "kv:d*")], &mut edges);
+    index.forget(|c| c == 1 || c == 3);
+    assert!(!index.is_empty());
+    edges.clear();
+    index.insert(4, &[access(EffectKind::Writes, "kv:a")], &mut edges);
+    index.insert(5, &[access(EffectKind::Writes, "kv:cc")], &mut edges);
+    let got: Vec<(usize, usize)> = edges.iter().map(|e| (e.from, e.to)).collect();
+    assert_eq!(got, vec![(0, 4), (2, 5)]);
+}

@@ -266,7 +266,10 @@ fn a_wildcard_write_prunes_the_entries_it_contains() {
     let mut edges = Vec::new();
     index.insert(0, &[access(EffectKind::Writes, "kv:ab*")], &mut edges);
     index.insert(1, &[access(EffectKind::Writes, "kv:*")], &mut edges);
-    assert_eq!(edges.iter().map(|e| (e.from, e.to)).collect::<Vec<_>>(), vec![(0, 1)]);
+    assert_eq!(
+        edges.iter().map(|e| (e.from, e.to)).collect::<Vec<_>>(),
+        vec![(0, 1)]
+    );
     edges.clear();
     index.insert(2, &[access(EffectKind::Reads, "kv:a*")], &mut edges);
     let got: Vec<(usize, EdgeKind)> = edges.iter().map(|e| (e.from, e.kind)).collect();

@@ -240,11 +240,11 @@ impl BatchHandle {
             self.shared.note_position(position);
         }
         let (shared, kernel) = (self.shared.clone(), self.kernel.clone());
-        // Boxed: tokio copies what it spawns, and the rest of a call's way is a large future.
-        tokio::spawn(Box::pin(async move {
+        // The rest of the call's way is already boxed: what is spawned here is a few pointers.
+        tokio::spawn(async move {
             let result = dispatched.rest.await;
             shared.deliver(index, result, &kernel).await;
-        }));
+        });
         Ok(())
     }
 

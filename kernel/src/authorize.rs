@@ -287,3 +287,44 @@ where
         Box::pin(self(request))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_decision_prints_the_contract_s_tokens_and_says_what_kind_of_reason_it_is() {
+        let cases = [
+            (
+                DecidedBy::rule("no-deletes"),
+                "no-deletes",
+                "rule `no-deletes`",
+            ),
+            (DecidedBy::rule("default"), "default", "rule `default`"),
+            (
+                DecidedBy::Default,
+                "default",
+                "the tenant's default decision",
+            ),
+            (
+                DecidedBy::mode("always_ask"),
+                "mode:always_ask",
+                "human-in-the-loop mode",
+            ),
+            (DecidedBy::Pure, "pure", "changes nothing"),
+            (
+                DecidedBy::UnknownTenant,
+                "unknown-tenant",
+                "not in the policy",
+            ),
+            (DecidedBy::UnknownTool, "unknown-tool", "no such tool"),
+            (DecidedBy::NoPolicy, "no-policy", "no policy is configured"),
+        ];
+        for (by, text, described) in cases {
+            assert_eq!(by.to_string(), text);
+            assert!(by.describe().contains(described), "{}", by.describe());
+            let a = Authorization::new(Decision::Allow, by);
+            assert_eq!(serde_json::to_value(&a).unwrap()["by"], text);
+        }
+    }
+}

@@ -317,3 +317,23 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 
 /// The kernel's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_has_its_own_text_and_reads_back() {
+        let mut texts: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+        for c in ErrorCode::ALL {
+            assert_eq!(ErrorCode::parse(c.as_str()), Some(c));
+            assert_eq!(c.to_string(), c.as_str());
+            assert_eq!(String::from(c), c.as_str());
+        }
+        texts.sort_unstable();
+        texts.dedup();
+        assert_eq!(texts.len(), ErrorCode::ALL.len());
+        assert_eq!(ErrorCode::parse("a-handler-s-own-code"), None);
+        assert!(*"timeout" == ErrorCode::Timeout && "panic".to_string() == ErrorCode::Panic);
+    }
+}

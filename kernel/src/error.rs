@@ -334,6 +334,7 @@ mod tests {
         texts.dedup();
         assert_eq!(texts.len(), ErrorCode::ALL.len());
         assert_eq!(ErrorCode::parse("a-handler-s-own-code"), None);
-        assert!(*"timeout" == ErrorCode::Timeout && "panic".to_string() == ErrorCode::Panic);
+        let from_a_handler = String::from("panic");
+        assert!(*"timeout" == ErrorCode::Timeout && from_a_handler == ErrorCode::Panic);
     }
 }

@@ -94,6 +94,18 @@ proptest! {
         }
         let edges: Vec<Edge> = graph.edges().into_iter().cloned().collect();
         check_graph(&calls, &edges)?;
+        prop_assert_eq!(graph.len(), calls.len());
+        prop_assert_eq!(graph.is_empty(), calls.is_empty());
+        // Each call's neighbours are exactly the ends of its edges, ascending.
+        for i in 0..calls.len() {
+            let into: Vec<usize> = edges.iter().filter(|e| e.to == i).map(|e| e.from).collect();
+            let mut out: Vec<usize> = edges.iter().filter(|e| e.from == i).map(|e| e.to).collect();
+            out.sort_unstable();
+            let mut into_sorted = into.clone();
+            into_sorted.sort_unstable();
+            prop_assert_eq!(graph.predecessors(i), into_sorted);
+            prop_assert_eq!(graph.successors(i), out);
+        }
         // Levels: a call is one past its deepest predecessor.
         let levels = graph.levels();
         for e in &edges {
@@ -289,6 +301,11 @@ fn forgetting_keeps_the_live_readers_of_an_unwritten_resource() {
     index.insert(3, &[access(EffectKind::Writes, "kv:d*")], &mut edges);
     index.forget(|c| c == 1 || c == 3);
     assert!(!index.is_empty());
+    let mut only_wild = ConflictIndex::new();
+    only_wild.insert(0, &[access(EffectKind::Reads, "kv:*")], &mut Vec::new());
+    assert!(!only_wild.is_empty(), "a wildcard entry is state");
+    only_wild.forget(|_| true);
+    assert!(only_wild.is_empty());
     edges.clear();
     index.insert(4, &[access(EffectKind::Writes, "kv:a")], &mut edges);
     index.insert(5, &[access(EffectKind::Writes, "kv:cc")], &mut edges);

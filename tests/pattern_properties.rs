@@ -88,6 +88,17 @@ proptest! {
         prop_assert_eq!(Pattern::parse(&a.to_text()).unwrap(), a);
     }
 
+    /// A pattern is exact exactly when it has no wildcard token, and then it is its own text.
+    #[test]
+    fn exact_means_no_wildcard(a in small_pattern()) {
+        let literal = a.tokens().iter().all(|t| matches!(t, Token::Lit(_)));
+        prop_assert_eq!(a.is_exact(), literal);
+        prop_assert_eq!(a.as_exact().is_some(), literal);
+        if let Some(text) = a.as_exact() {
+            prop_assert!(a.matches(text));
+        }
+    }
+
     #[test]
     fn unicode_and_escapes_match_literally(s in "[a*?\\\\{}é/:]{0,8}") {
         let p = Pattern::literal(&s);
@@ -106,4 +117,10 @@ fn longer_patterns_use_the_general_routines_correctly() {
     assert!(p("fs:/repo/*").contains(&p("fs:/repo/src/*.rs")));
     assert!(!p("fs:/repo/src/*.rs").contains(&p("fs:/repo/*")));
     assert!(p("kv:user?/*").overlaps(&p("kv:*/42")));
+}
+
+#[test]
+fn a_malformed_pattern_says_what_is_wrong() {
+    let e = Pattern::parse("kv:a\\").unwrap_err();
+    assert!(e.to_string().contains("escapes nothing"), "{e}");
 }

@@ -85,7 +85,9 @@ proptest! {
 
     #[test]
     fn text_round_trips(a in small_pattern()) {
-        prop_assert_eq!(Pattern::parse(&a.to_text()).unwrap(), a);
+        prop_assert_eq!(Pattern::parse(&a.to_text()).unwrap(), a.clone());
+        // `Display` (what messages and spans show) is the pattern's text.
+        prop_assert_eq!(a.to_string(), a.to_text());
     }
 
     /// A pattern is exact exactly when it has no wildcard token, and then it is its own text.

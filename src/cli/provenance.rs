@@ -84,58 +84,7 @@ fn records(file: &Path) -> anyhow::Result<Vec<Record>> {
 
 pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
-        Command::Verify { file, head, format } => {
-            let v = match verify_file(&file) {
-                Ok(v) => v,
-                Err(e @ VerifyError::Unreadable { .. }) => return Err(super::unreadable(&e)),
-                Err(VerifyError::Damaged(d)) => {
-                    let repair = if d.is_torn_tail() {
-                        " — the last line is torn (a write was cut short); opening the log for \
-                         writing (`sluice run --provenance`) repairs it"
-                    } else {
-                        ""
-                    };
-                    match format {
-                        TextOrJson::Json => outln!(
-                            "{}",
-                            json!({"valid": false, "line": d.line, "message": d.why,
-                                   "torn_tail": d.is_torn_tail()})
-                        ),
-                        TextOrJson::Text => outln!(
-                            "{}: line {}: the line {}{repair}",
-                            file.display(),
-                            d.line,
-                            d.why
-                        ),
-                    }
-                    return Ok(ExitCode::from(1));
-                }
-            };
-            if let Some(expected) = head {
-                if !expected.eq_ignore_ascii_case(&v.head) {
-                    outln!(
-                        "{}: the head is {} where {expected} was expected: records were cut \
-                         from the end or the log is another one",
-                        file.display(),
-                        v.head
-                    );
-                    return Ok(ExitCode::from(1));
-                }
-            }
-            match format {
-                TextOrJson::Json => outln!(
-                    "{}",
-                    json!({"valid": true, "records": v.records.len(), "head": v.head})
-                ),
-                TextOrJson::Text => outln!(
-                    "{}: intact, {} records, head {}",
-                    file.display(),
-                    v.records.len(),
-                    v.head
-                ),
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Verify { file, head, format } => verify(&file, head.as_deref(), format),
         Command::Lineage { file, resource } => {
             let pattern = Pattern::parse(&resource).map_err(|e| Failure {
                 code: 2,
@@ -173,51 +122,7 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
             file,
             count,
             buffered,
-        } => {
-            let durability = if buffered {
-                Durability::Buffered
-            } else {
-                Durability::Durable
-            };
-            let log = open(&file, durability)?;
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(async {
-                let mut pending = std::collections::VecDeque::new();
-                let mut out = std::io::stdout().lock();
-                let mut i = 0u64;
-                loop {
-                    if count.is_some_and(|c| i >= c) && pending.is_empty() {
-                        break;
-                    }
-                    // Keep many appends in flight, so that groups form.
-                    while pending.len() < 64 && count.is_none_or(|c| i < c) {
-                        i += 1;
-                        let r = Record::Batch(BatchRecord {
-                            batch: format!("soak-{i}"),
-                            tenant: "soak".into(),
-                            calls: vec![format!("c{i}")],
-                            started_at_ms: i as f64,
-                            ended_at_ms: i as f64 + 1.0,
-                        });
-                        pending.push_back(log.append(r));
-                    }
-                    if let Some(ack) = pending.pop_front() {
-                        match ack.await {
-                            Ok(Ok(seq)) => {
-                                let _ = writeln!(out, "{seq}");
-                                let _ = out.flush();
-                            }
-                            _ => anyhow::bail!("the log refused a record"),
-                        }
-                    }
-                }
-                anyhow::Ok(())
-            })?;
-            log.close();
-            Ok(ExitCode::SUCCESS)
-        }
+        } => soak(&file, count, buffered),
     }
 }
 
@@ -234,4 +139,106 @@ pub(crate) fn open(file: &Path, durability: Durability) -> anyhow::Result<Proven
         );
     }
     Ok(log)
+}
+
+/// `verify`: the chain intact (and, with `--head`, ending where it should).
+fn verify(file: &Path, head: Option<&str>, format: TextOrJson) -> anyhow::Result<ExitCode> {
+    let v = match verify_file(file) {
+        Ok(v) => v,
+        Err(e @ VerifyError::Unreadable { .. }) => return Err(super::unreadable(&e)),
+        Err(VerifyError::Damaged(d)) => {
+            let repair = if d.is_torn_tail() {
+                " — the last line is torn (a write was cut short); opening the log for \
+                 writing (`sluice run --provenance`) repairs it"
+            } else {
+                ""
+            };
+            match format {
+                TextOrJson::Json => outln!(
+                    "{}",
+                    json!({"valid": false, "line": d.line, "message": d.why,
+                           "torn_tail": d.is_torn_tail()})
+                ),
+                TextOrJson::Text => outln!(
+                    "{}: line {}: the line {}{repair}",
+                    file.display(),
+                    d.line,
+                    d.why
+                ),
+            }
+            return Ok(ExitCode::from(1));
+        }
+    };
+    if let Some(expected) = head {
+        if !expected.eq_ignore_ascii_case(&v.head) {
+            outln!(
+                "{}: the head is {} where {expected} was expected: records were cut \
+                 from the end or the log is another one",
+                file.display(),
+                v.head
+            );
+            return Ok(ExitCode::from(1));
+        }
+    }
+    match format {
+        TextOrJson::Json => outln!(
+            "{}",
+            json!({"valid": true, "records": v.records.len(), "head": v.head})
+        ),
+        TextOrJson::Text => outln!(
+            "{}: intact, {} records, head {}",
+            file.display(),
+            v.records.len(),
+            v.head
+        ),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `soak`: appends batch records as fast as the log takes them, printing each sequence number
+/// once it is acknowledged (for crash tests).
+fn soak(file: &Path, count: Option<u64>, buffered: bool) -> anyhow::Result<ExitCode> {
+    let durability = if buffered {
+        Durability::Buffered
+    } else {
+        Durability::Durable
+    };
+    let log = open(file, durability)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let mut pending = std::collections::VecDeque::new();
+        let mut out = std::io::stdout().lock();
+        let mut i = 0u64;
+        loop {
+            if count.is_some_and(|c| i >= c) && pending.is_empty() {
+                break;
+            }
+            // Keep many appends in flight, so that groups form.
+            while pending.len() < 64 && count.is_none_or(|c| i < c) {
+                i += 1;
+                let r = Record::Batch(BatchRecord {
+                    batch: format!("soak-{i}"),
+                    tenant: "soak".into(),
+                    calls: vec![format!("c{i}")],
+                    started_at_ms: i as f64,
+                    ended_at_ms: i as f64 + 1.0,
+                });
+                pending.push_back(log.append(r));
+            }
+            if let Some(ack) = pending.pop_front() {
+                match ack.await {
+                    Ok(Ok(seq)) => {
+                        let _ = writeln!(out, "{seq}");
+                        let _ = out.flush();
+                    }
+                    _ => anyhow::bail!("the log refused a record"),
+                }
+            }
+        }
+        anyhow::Ok(())
+    })?;
+    log.close();
+    Ok(ExitCode::SUCCESS)
 }

@@ -187,13 +187,18 @@ proptest! {
     }
 }
 
+/// One access, from its kind and its pattern's text.
+fn acc(kind: EffectKind, resource: &str) -> Access {
+    Access::new(kind, Pattern::parse(resource).unwrap())
+}
+
 /// However many reasons a call has to wait for an earlier one, the pair gets one edge: the
 /// provenance log writes one record per edge. Checked with a few predecessors (the scan) and with
 /// a crowd of readers (the set that takes over past 16).
 #[test]
 fn each_pair_gets_one_edge_whatever_the_number_of_predecessors() {
-    let read = |r: &str| Access::new(EffectKind::Reads, Pattern::parse(r).unwrap());
-    let write = |r: &str| Access::new(EffectKind::Writes, Pattern::parse(r).unwrap());
+    let read = |r: &str| acc(EffectKind::Reads, r);
+    let write = |r: &str| acc(EffectKind::Writes, r);
     for readers in [1, 3, 15, 16, 17, 40] {
         let mut index = ConflictIndex::new();
         let mut edges = Vec::new();
@@ -225,18 +230,13 @@ fn each_pair_gets_one_edge_whatever_the_number_of_predecessors() {
 /// while it also waits for `c`.
 #[test]
 fn a_second_reason_that_is_causal_makes_the_edge_causal() {
-    let access = |kind: EffectKind, r: &str| Access::new(kind, Pattern::parse(r).unwrap());
     let (reads, writes) = (EffectKind::Reads, EffectKind::Writes);
     let mut index = ConflictIndex::new();
     let mut edges = Vec::new();
-    index.insert(
-        0,
-        &[access(reads, "kv:r1"), access(writes, "kv:r2")],
-        &mut edges,
-    );
-    index.insert(1, &[access(writes, "kv:r3")], &mut edges);
+    index.insert(0, &[acc(reads, "kv:r1"), acc(writes, "kv:r2")], &mut edges);
+    index.insert(1, &[acc(writes, "kv:r3")], &mut edges);
     assert!(edges.is_empty());
-    let both = |r: &str| [access(reads, r), access(writes, r)];
+    let both = |r: &str| [acc(reads, r), acc(writes, r)];
     let b: Vec<Access> = [both("kv:r3"), both("kv:r1"), both("kv:r2")].concat();
     index.insert(2, &b, &mut edges);
     edges.sort_by_key(|e| e.from);
@@ -258,13 +258,12 @@ fn a_second_reason_that_is_causal_makes_the_edge_causal() {
 /// `kv:xy`, and a read of `kv:xy` must come after the newer one.
 #[test]
 fn a_new_exact_resource_starts_from_the_latest_matching_wildcard_write() {
-    let access = |kind: EffectKind, r: &str| Access::new(kind, Pattern::parse(r).unwrap());
     let mut index = ConflictIndex::new();
     let mut edges = Vec::new();
-    index.insert(0, &[access(EffectKind::Writes, "kv:*x*")], &mut edges);
-    index.insert(1, &[access(EffectKind::Writes, "k*y*")], &mut edges);
+    index.insert(0, &[acc(EffectKind::Writes, "kv:*x*")], &mut edges);
+    index.insert(1, &[acc(EffectKind::Writes, "k*y*")], &mut edges);
     edges.clear();
-    index.insert(2, &[access(EffectKind::Reads, "kv:xy")], &mut edges);
+    index.insert(2, &[acc(EffectKind::Reads, "kv:xy")], &mut edges);
     let got: Vec<(usize, EdgeKind)> = edges.iter().map(|e| (e.from, e.kind)).collect();
     assert_eq!(got, vec![(1, EdgeKind::ReadAfterWrite)]);
 }
@@ -273,17 +272,16 @@ fn a_new_exact_resource_starts_from_the_latest_matching_wildcard_write() {
 /// overlaps them waits for the write alone (the older entry is reached through it).
 #[test]
 fn a_wildcard_write_prunes_the_entries_it_contains() {
-    let access = |kind: EffectKind, r: &str| Access::new(kind, Pattern::parse(r).unwrap());
     let mut index = ConflictIndex::new();
     let mut edges = Vec::new();
-    index.insert(0, &[access(EffectKind::Writes, "kv:ab*")], &mut edges);
-    index.insert(1, &[access(EffectKind::Writes, "kv:*")], &mut edges);
+    index.insert(0, &[acc(EffectKind::Writes, "kv:ab*")], &mut edges);
+    index.insert(1, &[acc(EffectKind::Writes, "kv:*")], &mut edges);
     assert_eq!(
         edges.iter().map(|e| (e.from, e.to)).collect::<Vec<_>>(),
         vec![(0, 1)]
     );
     edges.clear();
-    index.insert(2, &[access(EffectKind::Reads, "kv:a*")], &mut edges);
+    index.insert(2, &[acc(EffectKind::Reads, "kv:a*")], &mut edges);
     let got: Vec<(usize, EdgeKind)> = edges.iter().map(|e| (e.from, e.kind)).collect();
     assert_eq!(got, vec![(1, EdgeKind::ReadAfterWrite)]);
 }
@@ -292,23 +290,22 @@ fn a_wildcard_write_prunes_the_entries_it_contains() {
 /// wrote still makes a later write wait, and so does a live wildcard reader.
 #[test]
 fn forgetting_keeps_the_live_readers_of_an_unwritten_resource() {
-    let access = |kind: EffectKind, r: &str| Access::new(kind, Pattern::parse(r).unwrap());
     let mut index = ConflictIndex::new();
     let mut edges = Vec::new();
-    index.insert(0, &[access(EffectKind::Reads, "kv:a")], &mut edges);
-    index.insert(1, &[access(EffectKind::Reads, "kv:b")], &mut edges);
-    index.insert(2, &[access(EffectKind::Reads, "kv:c*")], &mut edges);
-    index.insert(3, &[access(EffectKind::Writes, "kv:d*")], &mut edges);
+    index.insert(0, &[acc(EffectKind::Reads, "kv:a")], &mut edges);
+    index.insert(1, &[acc(EffectKind::Reads, "kv:b")], &mut edges);
+    index.insert(2, &[acc(EffectKind::Reads, "kv:c*")], &mut edges);
+    index.insert(3, &[acc(EffectKind::Writes, "kv:d*")], &mut edges);
     index.forget(|c| c == 1 || c == 3);
     assert!(!index.is_empty());
     let mut only_wild = ConflictIndex::new();
-    only_wild.insert(0, &[access(EffectKind::Reads, "kv:*")], &mut Vec::new());
+    only_wild.insert(0, &[acc(EffectKind::Reads, "kv:*")], &mut Vec::new());
     assert!(!only_wild.is_empty(), "a wildcard entry is state");
     only_wild.forget(|_| true);
     assert!(only_wild.is_empty());
     edges.clear();
-    index.insert(4, &[access(EffectKind::Writes, "kv:a")], &mut edges);
-    index.insert(5, &[access(EffectKind::Writes, "kv:cc")], &mut edges);
+    index.insert(4, &[acc(EffectKind::Writes, "kv:a")], &mut edges);
+    index.insert(5, &[acc(EffectKind::Writes, "kv:cc")], &mut edges);
     let got: Vec<(usize, usize)> = edges.iter().map(|e| (e.from, e.to)).collect();
     assert_eq!(got, vec![(0, 4), (2, 5)]);
 }

@@ -6,7 +6,7 @@
 //! default (256) unless `PROPTEST_CASES` says otherwise.
 
 use proptest::prelude::*;
-use sluice_kernel::access::{general, Pattern, Token};
+use sluice_kernel::access::{general, Pattern, Token, MAX_CONTAINMENT_TOKENS};
 
 /// Patterns of up to 3 tokens over {a, b, ?, *}.
 fn small_pattern() -> impl Strategy<Value = Pattern> {
@@ -125,4 +125,24 @@ fn longer_patterns_use_the_general_routines_correctly() {
 fn a_malformed_pattern_says_what_is_wrong() {
     let e = Pattern::parse("kv:a\\").unwrap_err();
     assert!(e.to_string().contains("escapes nothing"), "{e}");
+}
+
+/// Containment is decided up to `MAX_CONTAINMENT_TOKENS` tokens on the containing side and
+/// answers `false` (the safe answer) beyond, without overflowing its bitsets.
+#[test]
+fn containment_is_exact_up_to_its_token_limit_and_safe_beyond() {
+    let at_limit = format!("*{}*", "a".repeat(MAX_CONTAINMENT_TOKENS - 2));
+    let p = Pattern::parse(&at_limit).unwrap();
+    assert_eq!(p.tokens().len(), MAX_CONTAINMENT_TOKENS);
+    assert!(general::contains(p.tokens(), p.tokens()));
+    for extra in [1, 2, 80] {
+        let beyond = format!("*{}*", "a".repeat(MAX_CONTAINMENT_TOKENS - 2 + extra));
+        let q = Pattern::parse(&beyond).unwrap();
+        assert!(
+            !general::contains(q.tokens(), q.tokens()),
+            "{} tokens",
+            q.tokens().len()
+        );
+        assert!(!q.contains(&q));
+    }
 }

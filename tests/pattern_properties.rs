@@ -146,3 +146,15 @@ fn containment_is_exact_up_to_its_token_limit_and_safe_beyond() {
         assert!(!q.contains(&q));
     }
 }
+
+/// Containment gives up with `false` (the safe answer) once its search passes
+/// `MAX_CONTAINMENT_STATES`: `*a` followed by n `?` needs 2^n subsets of its own positions to
+/// decide that it contains itself.
+#[test]
+fn containment_gives_up_safely_past_its_state_budget() {
+    let p = |n: usize| Pattern::parse(&format!("*a{}", "?".repeat(n))).unwrap();
+    let small = p(8);
+    assert!(general::contains(small.tokens(), small.tokens()));
+    let big = p(18);
+    assert!(!general::contains(big.tokens(), big.tokens()));
+}

@@ -65,7 +65,7 @@ pub(crate) fn start(job: &CallJob) -> Option<Ask> {
     if auth.decision != Decision::Ask {
         return None;
     }
-    let kernel = job.kernel.clone();
+    let kernel = job.kernel().clone();
     let request = ApprovalRequest {
         tenant: job.batch.tenant.to_string(),
         call_id: job.prepared.call.id.clone(),

@@ -51,7 +51,7 @@ impl BatchShared {
     }
 
     /// Stores a call's result and sends it as a completion; ends the batch after its last call.
-    async fn deliver(&self, index: usize, result: CallResult, kernel: &KernelInner) {
+    async fn deliver(&self, index: usize, result: CallResult) {
         let ended = {
             let Ok(mut st) = self.state.lock() else {
                 return;
@@ -67,7 +67,7 @@ impl BatchShared {
             self.take_end(&mut st)
         };
         if let Some(positions) = ended {
-            self.end(positions, kernel).await;
+            self.end(positions).await;
         }
     }
 
@@ -82,7 +82,8 @@ impl BatchShared {
         }
     }
 
-    async fn end(&self, positions: Vec<usize>, kernel: &KernelInner) {
+    async fn end(&self, positions: Vec<usize>) {
+        let kernel = &self.info.kernel;
         let (calls, makespan) = match self.state.lock() {
             Ok(st) => (
                 st.ids_in_order(),
@@ -164,6 +165,7 @@ impl BatchHandle {
             .unwrap_or_default();
         let (tx, rx) = mpsc::unbounded_channel();
         let info = Arc::new(BatchInfo {
+            kernel: kernel.clone(),
             id: Arc::from(format!("b{:x}-{n}", now.as_millis())),
             tenant: Arc::from(tenant),
             started: Instant::now(),
@@ -229,21 +231,15 @@ impl BatchHandle {
         };
         let seq = self.kernel.seq.fetch_add(1, Ordering::Relaxed);
         let prepared = PreparedCall::new(&self.kernel.tools, &self.kernel.normalizers, call);
-        let dispatched = dispatch::submit(
-            self.kernel.clone(),
-            self.shared.info.clone(),
-            seq,
-            priority,
-            prepared,
-        );
+        let dispatched = dispatch::submit(self.shared.info.clone(), seq, priority, prepared);
         if let Some(position) = dispatched.position {
             self.shared.note_position(position);
         }
-        let (shared, kernel) = (self.shared.clone(), self.kernel.clone());
+        let shared = self.shared.clone();
         // The rest of the call's way is already boxed: what is spawned here is a few pointers.
         tokio::spawn(async move {
             let result = dispatched.rest.await;
-            shared.deliver(index, result, &kernel).await;
+            shared.deliver(index, result).await;
         });
         Ok(())
     }
@@ -258,10 +254,10 @@ impl BatchHandle {
             Err(_) => None,
         };
         if let Some(positions) = ended {
-            let (shared, kernel) = (self.shared.clone(), self.kernel.clone());
+            let shared = self.shared.clone();
             // A handle dropped after its runtime shut down has nothing left to end on.
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(async move { shared.end(positions, &kernel).await });
+                rt.spawn(async move { shared.end(positions).await });
             }
         }
     }

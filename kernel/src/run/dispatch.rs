@@ -26,7 +26,7 @@ use super::job::{CallJob, Outcome};
 use super::options::OnFailure;
 use super::record::finish;
 use super::result::CallResult;
-use super::shared::{BatchInfo, KernelInner};
+use super::shared::BatchInfo;
 use crate::authorize::{AuthRequest, Authorization, DecidedBy, Decision};
 use crate::error::{panic_message, ErrorCode};
 use crate::model::Status;
@@ -46,14 +46,12 @@ pub(crate) struct Dispatched {
 /// Submits one call: the synchronous stages (resolve, validate, authorize, order) run here, in
 /// the submitter's order; the rest is returned as a future.
 pub(crate) fn submit(
-    kernel: Arc<KernelInner>,
     batch: Arc<BatchInfo>,
     seq: u64,
     priority: i32,
     prepared: PreparedCall,
 ) -> Dispatched {
     let mut job = CallJob {
-        kernel,
         batch,
         seq,
         priority,
@@ -107,9 +105,9 @@ pub(crate) fn submit(
     }
     job.authorization = Some(auth);
     // 3. order.
-    let domain = job.kernel.domains.get(&job.batch.tenant);
+    let domain = job.kernel().domains.get(&job.batch.tenant);
     // Who a call is matters only for edge records: skip it when nothing is recorded.
-    let owner = job.kernel.sink.enabled().then(|| Owner {
+    let owner = job.kernel().sink.enabled().then(|| Owner {
         batch: job.batch.id.clone(),
         call: Arc::from(job.prepared.call.id.as_str()),
     });
@@ -162,7 +160,7 @@ fn authorize(job: &CallJob) -> Authorization {
     let Some(tool) = &job.prepared.tool else {
         return Authorization::new(Decision::Deny, DecidedBy::UnknownTool);
     };
-    job.kernel.authorizer.authorize(&AuthRequest {
+    job.kernel().authorizer.authorize(&AuthRequest {
         tenant: &job.batch.tenant,
         call_id: &job.prepared.call.id,
         tool: tool.manifest(),

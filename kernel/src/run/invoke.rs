@@ -24,7 +24,7 @@ pub(crate) async fn invoke(job: &mut CallJob, batch_cancel: &CancellationToken) 
     let _permit = tokio::select! {
         biased;
         _ = batch_cancel.cancelled() => return Outcome::cancelled_before_start(),
-        p = job.kernel.ready.acquire(job.priority, job.seq, tool.id()) => p,
+        p = job.kernel().ready.acquire(job.priority, job.seq, tool.id()) => p,
     };
     let Some(handler) = tool.handler().cloned() else {
         let why = unrunnable_reason(tool.manifest());
@@ -38,7 +38,7 @@ pub(crate) async fn invoke(job: &mut CallJob, batch_cancel: &CancellationToken) 
         &job.prepared.call.id,
         tool.manifest().clone(),
         call_cancel.clone(),
-        job.kernel.provisions.clone(),
+        job.kernel().provisions.clone(),
     );
     if let Err(e) = ctx.check_required() {
         job.secrets = ctx.handed_out();
@@ -66,11 +66,11 @@ async fn run_handler(
         .manifest()
         .limits
         .map(|l| Duration::from_millis(l.cpu_ms.get()))
-        .or(job.kernel.options.default_timeout);
+        .or(job.kernel().options.default_timeout);
     job.started = Some(Instant::now());
     // The input's digest is taken before the handler runs when a record needs it; otherwise the
     // input moves into the handler instead of being copied.
-    if job.kernel.sink.enabled() {
+    if job.kernel().sink.enabled() {
         job.input_sha256 = Some(provenance::sha256_json(&job.prepared.call.input));
     }
     let input = std::mem::take(&mut job.prepared.call.input);

@@ -15,7 +15,7 @@ use crate::transport::ToolError;
 
 /// Everything one call's stages share.
 pub(crate) struct CallJob {
-    pub(crate) kernel: Arc<KernelInner>,
+    /// The batch, and through it the kernel.
     pub(crate) batch: Arc<BatchInfo>,
     /// Kernel-wide submission sequence (for the ready queue's order).
     pub(crate) seq: u64,
@@ -29,6 +29,13 @@ pub(crate) struct CallJob {
     pub(crate) secrets: Vec<String>,
     /// The input's digest, taken before the input moved into the handler.
     pub(crate) input_sha256: Option<String>,
+}
+
+impl CallJob {
+    /// The kernel the call runs on.
+    pub(crate) fn kernel(&self) -> &Arc<KernelInner> {
+        &self.batch.kernel
+    }
 }
 
 /// How a call ended, before it becomes a [`CallResult`].

@@ -24,7 +24,7 @@ pub(crate) async fn finish(job: CallJob, outcome: Outcome, edges: Vec<EdgeRecord
         Some(_) => (rel(job.started), rel(job.ended)),
         None => (None, None),
     };
-    let sink = job.kernel.sink.clone();
+    let sink = job.kernel().sink.clone();
     if sink.enabled() {
         let record = CallRecord {
             batch: batch.id.to_string(),

@@ -40,9 +40,10 @@ pub(crate) struct KernelInner {
     pub(crate) mcp: McpSessions,
 }
 
-/// What every call of one batch knows of it.
-#[derive(Debug)]
+/// What every call of one batch knows of it, and the kernel it runs on (so that a call holds one
+/// reference, not two: each is an atomic count the cores share).
 pub(crate) struct BatchInfo {
+    pub(crate) kernel: Arc<KernelInner>,
     pub(crate) id: Arc<str>,
     pub(crate) tenant: Arc<str>,
     pub(crate) started: Instant,

@@ -14,12 +14,9 @@
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 use prio_graph::{AccessKind, PrioGraph, TopLevelId};
 use serde_json::json;
-use sluice::kernel::access::Pattern;
-use sluice::kernel::access::{Access, Normalizers};
-use sluice::kernel::model::ManifestSource;
-use sluice::kernel::model::{EffectKind, Manifest};
-use sluice::kernel::order::Plan;
-use sluice::kernel::order::{ConflictGraph, ConflictIndex};
+use sluice::kernel::access::{Access, Normalizers, Pattern};
+use sluice::kernel::model::{EffectKind, Manifest, ManifestSource};
+use sluice::kernel::order::{ConflictGraph, ConflictIndex, Plan};
 use sluice::kernel::transport::{Tool, ToolRegistry};
 use sluice::kernel::Batch;
 use std::hint::black_box;

@@ -17,11 +17,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use serde_json::{json, Value};
-use sluice::kernel::model::Manifest;
-use sluice::kernel::model::ManifestSource;
+use sluice::kernel::model::{Manifest, ManifestSource};
 use sluice::kernel::run::Kernel;
-use sluice::kernel::transport::Tool;
-use sluice::kernel::transport::{handler, Handler, ToolContext, ToolError};
+use sluice::kernel::transport::{handler, Handler, Tool, ToolContext, ToolError};
 use sluice::kernel::{Batch, Call};
 
 fn runtime() -> tokio::runtime::Runtime {

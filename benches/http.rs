@@ -10,8 +10,7 @@ mod http_server;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use serde_json::json;
-use sluice::kernel::model::Manifest;
-use sluice::kernel::model::ManifestSource;
+use sluice::kernel::model::{Manifest, ManifestSource};
 use sluice::kernel::run::Kernel;
 use sluice::kernel::transport::Tool;
 use sluice::kernel::{Batch, Call};

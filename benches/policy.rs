@@ -7,8 +7,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use serde_json::json;
-use sluice::kernel::access::Access;
-use sluice::kernel::access::Pattern;
+use sluice::kernel::access::{Access, Pattern};
 use sluice::kernel::model::EffectKind;
 use sluice::policy::{PolicyDocument, PolicyEngine};
 use std::hint::black_box;

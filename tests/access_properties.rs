@@ -4,8 +4,7 @@
 
 use proptest::prelude::*;
 use serde_json::json;
-use sluice_kernel::access::Pattern;
-use sluice_kernel::access::{Normalizers, ResourceTemplate};
+use sluice_kernel::access::{Normalizers, Pattern, ResourceTemplate};
 
 /// POSIX-style normpath for absolute or relative literal paths, as the normalizer documents it.
 fn normpath(path: &str) -> String {

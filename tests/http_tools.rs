@@ -3,8 +3,7 @@
 mod support;
 
 use serde_json::{json, Value};
-use sluice_kernel::model::Manifest;
-use sluice_kernel::model::ManifestSource;
+use sluice_kernel::model::{Manifest, ManifestSource};
 use sluice_kernel::run::Kernel;
 use sluice_kernel::transport::Tool;
 use sluice_kernel::{Batch, BatchResult, Call, Status};

@@ -8,8 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use sluice_kernel::access::Normalizers;
-use sluice_kernel::access::Pattern;
+use sluice_kernel::access::{Normalizers, Pattern};
 use sluice_kernel::authorize::{
     ApprovalFuture, ApprovalOutcome, ApprovalRequest, Approver, AuthRequest, Authorization,
     Authorizer, DecidedBy, Decision,

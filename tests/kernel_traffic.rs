@@ -31,8 +31,7 @@ use futures::StreamExt;
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 use serde_json::{json, Value};
-use sluice_kernel::access::Pattern;
-use sluice_kernel::access::{Access, Normalizers};
+use sluice_kernel::access::{Access, Normalizers, Pattern};
 use sluice_kernel::authorize::{
     ApprovalFuture, ApprovalOutcome, ApprovalRequest, Approver, AuthRequest, Authorization,
     DecidedBy, Decision,
@@ -40,8 +39,7 @@ use sluice_kernel::authorize::{
 use sluice_kernel::order::first_conflict;
 use sluice_kernel::provenance::Record;
 use sluice_kernel::run::{BatchOptions, Kernel, OnFailure};
-use sluice_kernel::transport::ToolRegistry;
-use sluice_kernel::transport::{handler, ToolContext, ToolError};
+use sluice_kernel::transport::{handler, ToolContext, ToolError, ToolRegistry};
 use sluice_kernel::{Batch, Call, CallResult, Status};
 use tokio::time::Instant;
 

@@ -6,9 +6,7 @@
 mod support;
 
 use serde_json::Value;
-use sluice_kernel::model::read_manifests;
-use sluice_kernel::model::Manifest;
-use sluice_kernel::model::{schema_accepts, validate, ValidateOptions};
+use sluice_kernel::model::{read_manifests, schema_accepts, validate, Manifest, ValidateOptions};
 
 fn expected() -> Value {
     support::read_json(&support::fixture("manifests/expected.json"))

@@ -3,8 +3,7 @@
 
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
-use sluice_kernel::model::schema_accepts;
-use sluice_kernel::model::Manifest;
+use sluice_kernel::model::{schema_accepts, Manifest};
 
 fn opt<T: std::fmt::Debug + Clone + 'static>(
     s: impl Strategy<Value = T> + 'static,

@@ -4,8 +4,7 @@
 
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use sluice_kernel::access::Access;
-use sluice_kernel::access::Pattern;
+use sluice_kernel::access::{Access, Pattern};
 use sluice_kernel::model::{EffectKind, Manifest};
 use sluice_policy::{PolicyDocument, PolicyEngine};
 

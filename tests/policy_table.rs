@@ -3,8 +3,7 @@
 //! and the reason it must give.
 
 use serde_json::{json, Value};
-use sluice_kernel::access::Access;
-use sluice_kernel::access::Pattern;
+use sluice_kernel::access::{Access, Pattern};
 use sluice_kernel::authorize::{DecidedBy, Decision};
 use sluice_kernel::model::{EffectKind, Manifest};
 use sluice_policy::{PolicyDocument, PolicyEngine};

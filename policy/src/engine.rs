@@ -35,8 +35,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use dashmap::DashSet;
 use serde::Serialize;
-use sluice_kernel::access::Access;
-use sluice_kernel::access::Pattern;
+use sluice_kernel::access::{Access, Pattern};
 use sluice_kernel::authorize::{AuthRequest, Authorization, Authorizer, DecidedBy, Decision};
 use sluice_kernel::model::{AccessMode, EffectKind, Manifest};
 

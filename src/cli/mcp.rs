@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::{json, Value};
-use sluice::kernel::model::McpEndpoint;
-use sluice::kernel::model::{self, ValidateOptions};
+use sluice::kernel::model::{self, McpEndpoint, ValidateOptions};
 use sluice::kernel::transport::mcp::{import_manifests, ImportOptions, McpOptions};
 
 use super::{invalid, Failure};

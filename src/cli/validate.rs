@@ -6,8 +6,9 @@ use std::process::ExitCode;
 
 use serde_json::{json, Value};
 use sluice::kernel::builtin::{self, BuiltinConfig};
-use sluice::kernel::model::{read_manifests, ManifestSource};
-use sluice::kernel::model::{validate, Diagnostic, ValidateOptions};
+use sluice::kernel::model::{
+    read_manifests, validate, Diagnostic, ManifestSource, ValidateOptions,
+};
 
 use super::TextOrJson;
 

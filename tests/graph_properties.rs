@@ -98,12 +98,12 @@ proptest! {
         prop_assert_eq!(graph.is_empty(), calls.is_empty());
         // Each call's neighbours are exactly the ends of its edges, ascending.
         for i in 0..calls.len() {
-            let into: Vec<usize> = edges.iter().filter(|e| e.to == i).map(|e| e.from).collect();
+            let mut into: Vec<usize> =
+                edges.iter().filter(|e| e.to == i).map(|e| e.from).collect();
             let mut out: Vec<usize> = edges.iter().filter(|e| e.from == i).map(|e| e.to).collect();
+            into.sort_unstable();
             out.sort_unstable();
-            let mut into_sorted = into.clone();
-            into_sorted.sort_unstable();
-            prop_assert_eq!(graph.predecessors(i), into_sorted);
+            prop_assert_eq!(graph.predecessors(i), into);
             prop_assert_eq!(graph.successors(i), out);
         }
         // Levels: a call is one past its deepest predecessor.

@@ -335,7 +335,7 @@ impl Findings<'_> {
                 Transport::Native => self.errors.push(Diagnostic::new(
                     "/spec",
                     "`transport: native` cannot carry a `spec`: a native tool is carried out by a \
-                 handler registered in code",
+                     handler registered in code",
                 )),
                 Transport::Mcp => self.errors.push(Diagnostic::new(
                     "/spec",
@@ -454,8 +454,8 @@ impl Findings<'_> {
             self.warnings.push(Diagnostic::new(
                 pointer,
                 "the tool is not read-only but declares no changing effect, so it will run alone: \
-             the kernel cannot know what it changes; set `mutating: false` or declare its \
-             changing effects",
+                 the kernel cannot know what it changes; set `mutating: false` or declare its \
+                 changing effects",
             ));
         }
         if m.mutating == Some(false) {
@@ -468,7 +468,7 @@ impl Findings<'_> {
                     format!("/effects/{i}/kind"),
                     format!(
                         "`mutating: false` but the tool declares a changing effect (`{}`): the \
-                     effect wins, the tool is treated as mutating",
+                         effect wins, the tool is treated as mutating",
                         m.effects()[i].kind
                     ),
                 ));
@@ -485,7 +485,7 @@ impl Findings<'_> {
                 let d = Diagnostic::new(
                     "/codeArtifactRef",
                     "a `filesystem` codeArtifactRef points at a handler on a developer's disk; \
-                 production servers refuse it",
+                     production servers refuse it",
                 );
                 if options.production {
                     self.errors.push(d);

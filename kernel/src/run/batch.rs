@@ -133,7 +133,6 @@ impl BatchState {
 ///
 /// Dropping the handle before the batch ends cancels it (see [`BatchHandle::detach`]).
 pub struct BatchHandle {
-    kernel: Arc<KernelInner>,
     shared: Arc<BatchShared>,
     rx: mpsc::UnboundedReceiver<usize>,
     priority: i32,
@@ -182,7 +181,6 @@ impl BatchHandle {
             done: Notify::new(),
         });
         Ok(BatchHandle {
-            kernel: kernel.clone(),
             shared,
             rx,
             priority: options.priority,
@@ -229,8 +227,9 @@ impl BatchHandle {
             st.remaining += 1;
             index
         };
-        let seq = self.kernel.seq.fetch_add(1, Ordering::Relaxed);
-        let prepared = PreparedCall::new(&self.kernel.tools, &self.kernel.normalizers, call);
+        let kernel = &self.shared.info.kernel;
+        let seq = kernel.seq.fetch_add(1, Ordering::Relaxed);
+        let prepared = PreparedCall::new(&kernel.tools, &kernel.normalizers, call);
         let dispatched = dispatch::submit(self.shared.info.clone(), seq, priority, prepared);
         if let Some(position) = dispatched.position {
             self.shared.note_position(position);

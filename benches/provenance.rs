@@ -4,13 +4,17 @@
 //! concurrent calls produce them), against a plain `BufWriter` writing the same records as JSON
 //! lines without hashing (the floor), and against one `fsync` per record (the naive durable log).
 //!
+//! Also the open of a 1,000,000-record log (calls writing and reading 10,000 distinct resources,
+//! with their edges): time and peak memory (the child process's `VmHWM`), each open in a fresh
+//! child process so that one open's peak does not hide the next.
+//!
 //! Run: `cargo bench --bench provenance`. Throughput is records per second.
 
 use std::io::Write;
 use std::path::PathBuf;
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use sluice::kernel::provenance::{AccessRecord, CallRecord, Record};
+use criterion::{criterion_group, Criterion, Throughput};
+use sluice::kernel::provenance::{AccessRecord, CallRecord, EdgeRecord, Record};
 use sluice::kernel::Status;
 use sluice::provenance::{Durability, ProvenanceLog};
 
@@ -117,5 +121,102 @@ fn appends(c: &mut Criterion) {
     group.finish();
 }
 
+/// Records in the log the open benchmark opens.
+const OPEN_RECORDS: u64 = 1_000_000;
+/// The environment variable that makes this binary the child that opens one log.
+const CHILD: &str = "SLUICE_BENCH_OPEN_CHILD";
+
+/// The log the open benchmark opens: calls that write and read 10,000 distinct resources, each
+/// read with the edge from its resource's last writer.
+fn open_fixture() -> PathBuf {
+    let path = fresh("open-1m.jsonl");
+    let log = ProvenanceLog::open(&path, Durability::Buffered).expect("log");
+    let mut n = 0u64;
+    let mut i = 0u64;
+    while n < OPEN_RECORDS {
+        let mut r = record(i);
+        if let Record::Call(c) = &mut r {
+            c.call = format!("c{i}");
+            c.batch = format!("b{}", i / 100);
+            c.accesses[0].resource = format!("kv:users/{}", i % 10_000);
+            if i % 2 == 1 {
+                c.accesses[0].kind = "reads".into();
+                c.accesses[0].mode = "read".into();
+                drop(log.append(Record::Edge(EdgeRecord {
+                    tenant: "acme".into(),
+                    from_batch: format!("b{}", (i - 1) / 100),
+                    from: format!("c{}", i - 1),
+                    to_batch: c.batch.clone(),
+                    to: c.call.clone(),
+                    resource: c.accesses[0].resource.clone(),
+                    kind: "read-after-write".into(),
+                    causal: true,
+                })));
+                n += 1;
+            }
+        }
+        drop(log.append(r));
+        n += 1;
+        i += 1;
+    }
+    log.close();
+    path
+}
+
+/// The child: opens the log once, prints `seconds peak_kib`.
+fn open_child(path: &str) {
+    let started = std::time::Instant::now();
+    let log = ProvenanceLog::open(std::path::Path::new(path), Durability::Durable).expect("open");
+    let secs = started.elapsed().as_secs_f64();
+    assert!(log.opened().records >= OPEN_RECORDS);
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let peak = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    println!("{secs} {peak}");
+}
+
+fn open_1m() {
+    let path = open_fixture();
+    let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        let out = std::process::Command::new(std::env::current_exe().expect("bench binary"))
+            .env(CHILD, &path)
+            .output()
+            .expect("child runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut it = text.split_whitespace();
+        let secs: f64 = it.next().and_then(|s| s.parse().ok()).expect("child prints time");
+        let kib: u64 = it.next().and_then(|s| s.parse().ok()).expect("child prints peak");
+        runs.push((secs, kib));
+    }
+    runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (secs, kib) = runs[1];
+    println!(
+        "provenance/open_1m: {OPEN_RECORDS} records, {:.0} MiB on disk: median open {secs:.2} s, \
+         peak memory {:.0} MiB (runs: {runs:?})",
+        size as f64 / 1048576.0,
+        kib as f64 / 1024.0
+    );
+    let _ = std::fs::remove_file(&path);
+}
+
 criterion_group!(benches, appends);
-criterion_main!(benches);
+
+fn main() {
+    if let Ok(path) = std::env::var(CHILD) {
+        open_child(&path);
+        return;
+    }
+    // `cargo bench --bench provenance -- <filter>` runs only the matching criterion benches;
+    // the open is measured when no filter is given or the filter names it.
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    if filter.as_deref().is_none_or(|f| "provenance/open_1m".contains(f)) {
+        open_1m();
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

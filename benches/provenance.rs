@@ -189,8 +189,14 @@ fn open_1m() {
             .expect("child runs");
         let text = String::from_utf8_lossy(&out.stdout);
         let mut it = text.split_whitespace();
-        let secs: f64 = it.next().and_then(|s| s.parse().ok()).expect("child prints time");
-        let kib: u64 = it.next().and_then(|s| s.parse().ok()).expect("child prints peak");
+        let secs: f64 = it
+            .next()
+            .and_then(|s| s.parse().ok())
+            .expect("child prints time");
+        let kib: u64 = it
+            .next()
+            .and_then(|s| s.parse().ok())
+            .expect("child prints peak");
         runs.push((secs, kib));
     }
     runs.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -214,7 +220,10 @@ fn main() {
     // `cargo bench --bench provenance -- <filter>` runs only the matching criterion benches;
     // the open is measured when no filter is given or the filter names it.
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
-    if filter.as_deref().is_none_or(|f| "provenance/open_1m".contains(f)) {
+    if filter
+        .as_deref()
+        .is_none_or(|f| "provenance/open_1m".contains(f))
+    {
         open_1m();
     }
     benches();

@@ -67,6 +67,10 @@ struct Seen {
     batch_records: HashMap<String, usize>,
     /// Edge records: (from call, to call).
     edges: Vec<(String, String)>,
+    /// Each edge record with the number of call records placed before it, and each call
+    /// record's place: the log's order, as the sink was handed it.
+    edge_places: Vec<(String, usize)>,
+    call_places: HashMap<String, usize>,
     /// When each batch was cancelled (by its token or by dropping its handle).
     cancelled_at: HashMap<usize, Duration>,
     /// What each submission returned: call id -> (batch, virtual time), in submission order.
@@ -283,6 +287,17 @@ struct Caps {
 }
 
 fn kernel_with(world: &World, deadline: Option<Duration>, caps: Option<Caps>) -> Kernel {
+    kernel_built(world, deadline, caps, true)
+}
+
+/// The harness kernel; `provenance`: whether it has a provenance sink (without one, a call
+/// cancelled while it waits is reported at once).
+fn kernel_built(
+    world: &World,
+    deadline: Option<Duration>,
+    caps: Option<Caps>,
+    provenance: bool,
+) -> Kernel {
     let sink_world = world.clone();
     let mut builder = Kernel::builder();
     if let Some(d) = deadline {
@@ -293,26 +308,33 @@ fn kernel_with(world: &World, deadline: Option<Duration>, caps: Option<Caps>) ->
             .max_concurrency(c.global)
             .tool_concurrency("h.put", c.put);
     }
-    builder
+    builder = builder
         .tools(tools())
         .need("world", world.clone())
         .authorizer(authorize)
         .approver(ScriptedApprover)
         .normalizers(normalizers())
-        .approval_timeout(APPROVAL_TIMEOUT)
-        .provenance(move |record: Record| {
+        .approval_timeout(APPROVAL_TIMEOUT);
+    if provenance {
+        builder = builder.provenance(move |record: Record| {
             let mut s = sink_world.seen();
             match record {
                 Record::Call(c) => {
                     s.outcomes.insert(c.call.clone(), c.outcome);
+                    let place = s.call_places.len();
+                    s.call_places.insert(c.call.clone(), place);
                     *s.call_records.entry(c.call).or_default() += 1
                 }
                 Record::Batch(b) => *s.batch_records.entry(b.batch).or_default() += 1,
-                Record::Edge(e) => s.edges.push((e.from, e.to)),
+                Record::Edge(e) => {
+                    let place = s.call_places.len();
+                    s.edge_places.push((e.from.clone(), place));
+                    s.edges.push((e.from, e.to))
+                }
             }
-        })
-        .build()
-        .expect("the harness kernel builds")
+        });
+    }
+    builder.build().expect("the harness kernel builds")
 }
 
 /// Silences the panics the harness causes on purpose; every other panic prints as usual.
@@ -573,6 +595,17 @@ fn check(
     }
     if s.call_records.len() != s.submitted.len() {
         return Err("a call that was never submitted was recorded".into());
+    }
+    // Causal order: an edge record comes after the call record of the call it starts from.
+    for (from, calls_before) in &s.edge_places {
+        match s.call_places.get(from) {
+            Some(place) if place < calls_before => {}
+            _ => {
+                return Err(format!(
+                    "an edge from {from} was recorded before {from}'s own record"
+                ))
+            }
+        }
     }
     if s.batch_records.len() != plans.len() || s.batch_records.values().any(|n| *n != 1) {
         return Err(format!(
@@ -862,7 +895,9 @@ fn a_seed_replays_the_same_schedule() {
 #[tokio::test(start_paused = true)]
 async fn a_cancelled_waiting_write_keeps_its_place_for_the_next_batch() {
     let world = World::new();
-    let kernel = kernel_with(&world, None, None);
+    // Without a provenance sink a cancelled call is reported at once (with one, its record must
+    // follow its predecessors': see the next test).
+    let kernel = kernel_built(&world, None, None, false);
     let put = |id: &str, key: &str, ms: u64| Call::new(id, "h.put", json!({"key": key, "ms": ms}));
 
     let batch1 = kernel
@@ -915,4 +950,44 @@ async fn a_cancelled_waiting_write_keeps_its_place_for_the_next_batch() {
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(kernel.tenant_load("t"), (0, 0));
+}
+
+/// The same scenario with a provenance sink: the cancelled C is reported once A, its predecessor,
+/// has finished, so that C's records (its edge from A among them) follow A's in the log — and D
+/// still waits for A.
+#[tokio::test(start_paused = true)]
+async fn with_provenance_a_cancelled_call_is_recorded_after_its_predecessors() {
+    let world = World::new();
+    let kernel = kernel_with(&world, None, None);
+    let put = |id: &str, key: &str, ms: u64| Call::new(id, "h.put", json!({"key": key, "ms": ms}));
+    let batch1 = kernel
+        .submit(Batch::new("t", vec![put("A", "r", 400)]).unwrap())
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let mut batch2 = kernel.open("t").unwrap();
+    batch2.submit(put("C", "r", 0)).unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    batch2.cancel();
+    let batch3 = kernel
+        .submit(Batch::new("t", vec![put("D", "r", 0)]).unwrap())
+        .unwrap();
+    let result2 = batch2.finish().await;
+    assert_eq!(result2.get("C").unwrap().status, Status::Cancelled);
+    assert_eq!(result2.get("C").unwrap().recorded, Some(true));
+    {
+        let seen = world.seen();
+        assert!(
+            seen.ended.contains_key("A"),
+            "C was reported before A ended"
+        );
+        assert!(seen.call_places["A"] < seen.call_places["C"]);
+        assert!(seen
+            .edge_places
+            .iter()
+            .any(|(from, before)| from == "A" && *before > seen.call_places["A"]));
+    }
+    assert_eq!(batch1.finish().await.results[0].status, Status::Ok);
+    assert_eq!(batch3.finish().await.results[0].status, Status::Ok);
+    let seen = world.seen();
+    assert!(seen.started["D"].1 > seen.ended["A"].1, "D waited for A");
 }

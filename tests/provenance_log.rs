@@ -13,7 +13,7 @@ use sluice_kernel::run::{Kernel, OnFailure};
 use sluice_kernel::transport::{handler, ToolContext, ToolError};
 use sluice_kernel::{Batch, Call, Status};
 use sluice_provenance::{
-    query, verify_file, Durability, ProvenanceError, ProvenanceLog, VerifyError,
+    query, read_records, verify_file, Durability, ProvenanceError, ProvenanceLog,
 };
 use support::{sluice, temp_dir, tool, tool_with};
 
@@ -145,9 +145,8 @@ async fn every_outcome_leaves_a_complete_record() {
         "{status:?}"
     );
 
-    let v = verify_file(&path).unwrap();
-    let calls: Vec<_> = v
-        .records
+    let records = read_records(&path).unwrap();
+    let calls: Vec<_> = records
         .iter()
         .filter_map(|r| match r {
             Record::Call(c) => Some(c),
@@ -213,8 +212,7 @@ async fn every_outcome_leaves_a_complete_record() {
         .unwrap()
         .contains("[redacted]"));
     // Edges, with kinds, and the batch record.
-    let edges: Vec<_> = v
-        .records
+    let edges: Vec<_> = records
         .iter()
         .filter_map(|r| match r {
             Record::Edge(e) => Some(e),
@@ -225,8 +223,7 @@ async fn every_outcome_leaves_a_complete_record() {
         .iter()
         .any(|e| e.from == "ok" && e.to == "reader" && e.kind == "write-after-write"));
     assert!(edges.iter().any(|e| e.from == "error" && e.to == "skipped"));
-    let batch = v
-        .records
+    let batch = records
         .iter()
         .find_map(|r| match r {
             Record::Batch(b) => Some(b),
@@ -257,7 +254,7 @@ fn sample_log(dir: &std::path::Path, n: usize) -> std::path::PathBuf {
 
 fn damaged_line(path: &std::path::Path) -> usize {
     match verify_file(path) {
-        Err(VerifyError::Damaged(d)) => d.line,
+        Err(ProvenanceError::Damaged { line, .. }) => line,
         other => panic!("expected damage, got {other:?}"),
     }
 }
@@ -267,7 +264,7 @@ fn verify_names_an_edited_deleted_inserted_or_reordered_line() {
     let dir = temp_dir("prov-tamper");
     let path = sample_log(&dir, 6);
     let original = lines(&path);
-    assert_eq!(verify_file(&path).unwrap().records.len(), 6);
+    assert_eq!(verify_file(&path).unwrap().records, 6);
 
     let mut edited = original.clone();
     edited[2] = edited[2].replace("\"tenant\":\"t\"", "\"tenant\":\"x\"");
@@ -363,13 +360,13 @@ fn a_torn_tail_is_reported_then_repaired_on_open() {
     assert_eq!(log.opened().records, 3);
     assert!(log.opened().repaired.is_some());
     log.close();
-    assert_eq!(verify_file(&path).unwrap().records.len(), 3);
+    assert_eq!(verify_file(&path).unwrap().records, 3);
     // Half a line: cut.
     std::fs::write(&path, &full[..full.len() - 40]).unwrap();
     let log = ProvenanceLog::open(&path, Durability::Durable).unwrap();
     assert_eq!(log.opened().records, 2);
     log.close();
-    assert_eq!(verify_file(&path).unwrap().records.len(), 2);
+    assert_eq!(verify_file(&path).unwrap().records, 2);
     // Damage before the tail is refused on open, naming the line.
     let mut l = lines(&path);
     l[0] = l[0].replace("\"b0\"", "\"bX\"");
@@ -421,7 +418,7 @@ fn one_writer_at_a_time() {
         None,
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
-    assert_eq!(verify_file(&path).unwrap().records.len(), 2);
+    assert_eq!(verify_file(&path).unwrap().records, 2);
 }
 
 #[test]
@@ -453,7 +450,7 @@ fn a_writer_killed_mid_append_loses_no_durable_record() {
     let kept = log.opened().records;
     log.close();
     let v = verify_file(&path).unwrap();
-    assert_eq!(v.records.len() as u64, kept);
+    assert_eq!(v.records, kept);
     assert!(
         kept >= acked,
         "acknowledged {acked} durable records, {kept} survived"
@@ -511,7 +508,7 @@ async fn lineage_why_and_prov_json() {
         .await
         .unwrap();
     drop(kernel);
-    let records = verify_file(&path).unwrap().records;
+    let records = read_records(&path).unwrap();
     let l = query::lineage(
         &records,
         &sluice_kernel::access::Pattern::parse("kv:d*").unwrap(),

@@ -114,17 +114,30 @@ pub enum Record {
     Batch(BatchRecord),
 }
 
-/// The future a sink returns: resolved when the record is as safe as the sink promises.
+/// The future a sink returns: resolved when the records are as safe as the sink promises, or
+/// with the reason the sink could not keep them.
 pub type RecordFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'static>>;
 
-/// Keeps provenance records. A failing sink does not fail the call: the kernel reports the
-/// failure through `tracing` and goes on.
+/// Keeps provenance records.
+///
+/// The kernel hands a sink *groups*: a call's edge records followed by its call record, or a
+/// batch's record. Two promises make a log built on it true:
+///
+/// - **Place at the call.** A group's place in the sink's order is fixed when
+///   [`record`](Self::record) is called, not when the future is polled. The kernel calls it before
+///   it releases the call's successors, so a call's records always come after its predecessors'
+///   (the log is in causal order).
+/// - **All or nothing, then the answer.** A group is kept whole or not at all (one commit); the
+///   kernel reports the call's result only once the future has resolved, and a result whose group
+///   was refused carries [`recorded`](crate::run::CallResult::recorded) `Some(false)`.
+///
+/// A refused group never fails the call itself: its outcome is reported as it was.
 pub trait ProvenanceSink: Send + Sync + 'static {
-    /// Keeps one record.
-    fn record(&self, record: Record) -> RecordFuture;
+    /// Keeps one group of records, in the order given.
+    fn record(&self, group: Vec<Record>) -> RecordFuture;
 
     /// Whether the sink keeps anything at all; when `false` the kernel does not build records
-    /// (no digests are computed). Default `true`.
+    /// (no digests are computed) and results carry `recorded: None`. Default `true`.
     fn enabled(&self) -> bool {
         true
     }
@@ -135,7 +148,7 @@ pub trait ProvenanceSink: Send + Sync + 'static {
 pub struct NoProvenance;
 
 impl ProvenanceSink for NoProvenance {
-    fn record(&self, _record: Record) -> RecordFuture {
+    fn record(&self, _group: Vec<Record>) -> RecordFuture {
         Box::pin(async { Ok(()) })
     }
 
@@ -144,12 +157,13 @@ impl ProvenanceSink for NoProvenance {
     }
 }
 
+/// A closure is a sink that sees each record of a group in turn and keeps them all.
 impl<F> ProvenanceSink for F
 where
     F: Fn(Record) + Send + Sync + 'static,
 {
-    fn record(&self, record: Record) -> RecordFuture {
-        self(record);
+    fn record(&self, group: Vec<Record>) -> RecordFuture {
+        group.into_iter().for_each(self);
         Box::pin(async { Ok(()) })
     }
 }

@@ -1,7 +1,8 @@
 //! The hash chain: how a line is written, and how a log is checked.
 //!
-//! Takes in: records (to write) or a log's bytes (to check). Hands on: the canonical line of a
-//! record, or a [`Verified`] log — its records and head — or the first bad line and why.
+//! Takes in: records (to write) or a log's bytes (to check, streaming: [`scan`]). Hands on: the
+//! canonical line of a record, or each valid line in turn and the chain's state after the last —
+//! or the first bad line and why.
 //!
 //! A line is canonical JSON (keys sorted, no white space) of four fields:
 //!
@@ -10,7 +11,8 @@
 //!   first line);
 //! - `record`: the record;
 //! - `hash`: the sha256 of the canonical JSON of `{"prev", "record", "seq"}` — the line's own
-//!   content.
+//!   content, which is exactly the bytes after `{"hash":"…",` with a `{` before them, so a
+//!   reader hashes them where they lie.
 //!
 //! An edited line fails its own `hash`; a deleted, inserted or reordered line breaks the `seq` or
 //! `prev` of the line after it. The head — the sha256 of the last line — names the whole log: a
@@ -18,6 +20,7 @@
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+
 use sluice_kernel::provenance::{canonical_json, Record};
 
 /// The `prev` of the first line.
@@ -40,15 +43,25 @@ pub fn line(seq: u64, prev: &str, record: &Record) -> String {
     format!(r#"{{"hash":"{hash}","prev":"{prev}","record":{record},"seq":{seq}}}"#)
 }
 
-/// A log that checked out.
-#[derive(Debug, Clone)]
-pub struct Verified {
-    /// The records, in order.
-    pub records: Vec<Record>,
-    /// The sha256 of the last line (the genesis value for an empty log).
+/// What a scan of a log found: the state of the chain after its last visited line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scanned {
+    /// Lines visited (the records).
+    pub records: u64,
+    /// The sha256 of the last visited line (the genesis value for an empty log).
     pub head: String,
     /// Bytes of the log up to and including the last complete, valid line.
-    pub valid_len: usize,
+    pub valid_len: u64,
+}
+
+impl Default for Scanned {
+    fn default() -> Self {
+        Self {
+            records: 0,
+            head: GENESIS.to_owned(),
+            valid_len: 0,
+        }
+    }
 }
 
 /// What is wrong with a log, and where.
@@ -82,8 +95,71 @@ impl Damage {
     }
 }
 
+/// Why a scan stopped early.
+#[derive(Debug)]
+pub enum ScanError {
+    /// The log could not be read.
+    Io(std::io::Error),
+    /// A line is bad; `at` is the chain's state before it — or, for a torn last line that is
+    /// whole and valid, after it (the line was visited).
+    Damaged {
+        /// What is wrong, and where.
+        damage: Damage,
+        /// The chain's state.
+        at: Scanned,
+    },
+}
+
+/// A line's fields, read in one pass.
+#[derive(serde::Deserialize)]
+struct Fields {
+    hash: String,
+    prev: String,
+    seq: u64,
+    record: Record,
+}
+
+/// The fast check of a line's own `hash`: the line as written is `{"hash":"H",` followed by its
+/// content, so the content's bytes are hashed where they lie. Lines written another way (still
+/// canonical JSON of the same fields) take the slow path.
+fn content_hash_matches(line: &[u8], hash: &str) -> bool {
+    const HEAD: &[u8] = b"{\"hash\":\"";
+    let Some(rest) = line.strip_prefix(HEAD) else {
+        return false;
+    };
+    if rest.len() < 66 || &rest[..64] != hash.as_bytes() || &rest[64..66] != b"\"," {
+        return false;
+    }
+    let mut h = Sha256::new();
+    h.update(b"{");
+    h.update(&rest[66..]);
+    hex::encode(h.finalize()) == hash
+}
+
 /// Checks one line against what the chain expects; returns its record.
 fn check_line(text: &str, seq: u64, prev: &str) -> Result<Record, String> {
+    let fields = match serde_json::from_str::<Fields>(text) {
+        Ok(f) if content_hash_matches(text.as_bytes(), &f.hash) => f,
+        _ => slow_check(text)?,
+    };
+    if fields.seq != seq {
+        return Err(format!(
+            "has seq {} where {seq} was expected: a line was deleted, inserted or moved",
+            fields.seq
+        ));
+    }
+    if fields.prev != prev {
+        return Err(
+            "does not follow the line before it (`prev` differs): a line before it was changed, \
+             deleted, inserted or moved"
+                .into(),
+        );
+    }
+    Ok(fields.record)
+}
+
+/// The check by the definition: the sha256 of the canonical JSON of `{"prev","record","seq"}`.
+fn slow_check(text: &str) -> Result<Fields, String> {
     let v: Value = serde_json::from_str(text).map_err(|e| format!("is not JSON: {e}"))?;
     let got_seq = v.get("seq").and_then(Value::as_u64);
     let got_prev = v.get("prev").and_then(Value::as_str);
@@ -96,85 +172,91 @@ fn check_line(text: &str, seq: u64, prev: &str) -> Result<Record, String> {
     if sha256_hex(canonical_json(&content).as_bytes()) != got_hash {
         return Err("was changed: its content does not match its `hash`".into());
     }
-    if got_seq != seq {
-        return Err(format!(
-            "has seq {got_seq} where {seq} was expected: a line was deleted, inserted or moved"
-        ));
-    }
-    if got_prev != prev {
-        return Err(
-            "does not follow the line before it (`prev` differs): a line before it was changed, \
-             deleted, inserted or moved"
-                .into(),
-        );
-    }
-    serde_json::from_value(record).map_err(|e| format!("holds no valid record: {e}"))
-}
-
-/// Checks a whole log.
-pub fn verify(bytes: &[u8]) -> Result<Verified, Damage> {
-    let mut records = Vec::new();
-    let mut prev = GENESIS.to_owned();
-    let mut offset = 0usize;
-    let mut number = 0usize;
-    while offset < bytes.len() {
-        number += 1;
-        let rest = &bytes[offset..];
-        let (text_bytes, complete) = match rest.iter().position(|b| *b == b'\n') {
-            Some(nl) => (&rest[..nl], true),
-            None => (rest, false),
-        };
-        let damage = |why: String| Damage {
-            line: number,
-            why,
-            kind: if complete {
-                DamageKind::Broken
-            } else {
-                DamageKind::TornTail { complete: false }
-            },
-        };
-        let text =
-            std::str::from_utf8(text_bytes).map_err(|_| damage("is not UTF-8".to_string()))?;
-        if !complete {
-            // A torn tail: kept when it checks (opening for writing adds the newline).
-            return Err(match check_line(text, number as u64, &prev) {
-                Ok(_) => Damage {
-                    line: number,
-                    why: "has no newline (a write was cut short), though it is whole".into(),
-                    kind: DamageKind::TornTail { complete: true },
-                },
-                Err(why) => damage(format!("is torn (a write was cut short) and {why}")),
-            });
-        }
-        let record = check_line(text, number as u64, &prev).map_err(damage)?;
-        records.push(record);
-        prev = sha256_hex(text_bytes);
-        offset += text_bytes.len() + 1;
-    }
-    Ok(Verified {
-        records,
-        head: prev,
-        valid_len: offset,
+    Ok(Fields {
+        hash: got_hash.to_owned(),
+        prev: got_prev.to_owned(),
+        seq: got_seq,
+        record: serde_json::from_value(record)
+            .map_err(|e| format!("holds no valid record: {e}"))?,
     })
 }
 
-/// How to repair a log whose only damage is a torn last line: the length to keep, and whether a
-/// newline must be added (the torn line was complete and valid).
-pub fn repair_plan(bytes: &[u8]) -> Result<(usize, bool), Damage> {
-    match verify(bytes) {
-        Ok(v) => Ok((v.valid_len, false)),
-        Err(Damage {
-            kind: DamageKind::TornTail { complete },
-            ..
-        }) => {
-            let start = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-            Ok(if complete {
-                (bytes.len(), true)
-            } else {
-                (start, false)
-            })
+/// Reads a log line by line, checking the chain, and hands each valid line (its bytes without
+/// the newline) and record to `visit`. Memory: one line at a time.
+///
+/// A torn last line (no newline) is damage of kind [`DamageKind::TornTail`]; when it is whole
+/// and valid it is visited first (opening for writing keeps it).
+pub fn scan<R: std::io::BufRead>(
+    mut reader: R,
+    mut visit: impl FnMut(&[u8], Record),
+) -> Result<Scanned, ScanError> {
+    let mut at = Scanned::default();
+    let mut buf = Vec::with_capacity(1024);
+    let mut number = 0usize;
+    loop {
+        buf.clear();
+        let n = reader.read_until(b'\n', &mut buf).map_err(ScanError::Io)?;
+        if n == 0 {
+            return Ok(at);
         }
-        Err(d) => Err(d),
+        number += 1;
+        let complete = buf.last() == Some(&b'\n');
+        let text_bytes = if complete { &buf[..n - 1] } else { &buf[..] };
+        let fail = |why: String, at: Scanned| ScanError::Damaged {
+            damage: Damage {
+                line: number,
+                why,
+                kind: if complete {
+                    DamageKind::Broken
+                } else {
+                    DamageKind::TornTail { complete: false }
+                },
+            },
+            at,
+        };
+        let Ok(text) = std::str::from_utf8(text_bytes) else {
+            return Err(fail("is not UTF-8".to_string(), at));
+        };
+        match check_line(text, at.records + 1, &at.head) {
+            Ok(record) => {
+                visit(text_bytes, record);
+                at.records += 1;
+                at.head = sha256_hex(text_bytes);
+                if !complete {
+                    return Err(ScanError::Damaged {
+                        damage: Damage {
+                            line: number,
+                            why: "has no newline (a write was cut short), though it is whole"
+                                .into(),
+                            kind: DamageKind::TornTail { complete: true },
+                        },
+                        at,
+                    });
+                }
+                at.valid_len += n as u64;
+            }
+            Err(why) if complete => return Err(fail(why, at)),
+            Err(why) => {
+                return Err(fail(
+                    format!("is torn (a write was cut short) and {why}"),
+                    at,
+                ))
+            }
+        }
+    }
+}
+
+/// Checks a whole log held in memory, returning its records.
+pub fn verify(bytes: &[u8]) -> Result<(Vec<Record>, Scanned), Damage> {
+    let mut records = Vec::new();
+    match scan(bytes, |_, r| records.push(r)) {
+        Ok(at) => Ok((records, at)),
+        Err(ScanError::Damaged { damage, .. }) => Err(damage),
+        Err(ScanError::Io(e)) => Err(Damage {
+            line: 0,
+            why: e.to_string(),
+            kind: DamageKind::Broken,
+        }),
     }
 }
 

@@ -85,14 +85,45 @@ pub fn lineage(records: &[Record], pattern: &Pattern) -> Lineage {
     }
 }
 
-/// A call's causal ancestors: every call reachable backwards through read-after-write edges, with
-/// the edge that links each one.
+/// A call's causal ancestors: every call reachable backwards through read-after-write edges —
+/// within its batch and, through the lineage the log keeps, from earlier batches and processes —
+/// with the edge that links each one.
 #[derive(Debug, Clone, Serialize)]
 pub struct Why {
     /// The call asked about.
     pub call: CallKey,
     /// Its ancestors, nearest first, each with the edge through which it was reached.
-    pub ancestors: Vec<EdgeRecord>,
+    pub ancestors: Vec<Ancestor>,
+}
+
+/// One ancestor: the read-after-write edge through which it was reached.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Ancestor {
+    /// The writer's batch.
+    pub from_batch: String,
+    /// The writer.
+    pub from: String,
+    /// The reader's batch.
+    pub to_batch: String,
+    /// The reader.
+    pub to: String,
+    /// One overlapping pattern that causes the edge.
+    pub resource: String,
+    /// Always `read-after-write`.
+    pub kind: String,
+}
+
+impl From<&EdgeRecord> for Ancestor {
+    fn from(e: &EdgeRecord) -> Self {
+        Self {
+            from_batch: e.from_batch.clone(),
+            from: e.from.clone(),
+            to_batch: e.to_batch.clone(),
+            to: e.to.clone(),
+            resource: e.resource.clone(),
+            kind: e.kind.clone(),
+        }
+    }
 }
 
 /// Answers a why question for every call with id `call` (in `batch`, when given).
@@ -130,7 +161,7 @@ pub fn why(records: &[Record], call: &str, batch: Option<&str>) -> Vec<Why> {
                         call: e.from.clone(),
                     };
                     if seen.insert(from.clone()) {
-                        ancestors.push((*e).clone());
+                        ancestors.push(Ancestor::from(*e));
                         queue.push_back(from);
                     }
                 }
@@ -168,9 +199,10 @@ fn iso(ms: f64) -> String {
 }
 
 /// The log as W3C PROV-JSON: calls as activities, resource versions as entities (one per write;
-/// a resource read before any recorded write is its `initial` version), `used` and
-/// `wasGeneratedBy` from the accesses and read-after-write edges, `wasInformedBy` for
-/// read-after-write edges, and approvers (and tenants) as agents.
+/// a resource read before any recorded write is its `initial` version), `wasGeneratedBy` from the
+/// writes, `used` from each read to the versions its read-after-write edges name (across batches
+/// too: the log records those edges), `wasInformedBy` for read-after-write edges, and approvers
+/// (and tenants) as agents.
 pub fn prov_json(records: &[Record]) -> Value {
     let mut activity = Map::new();
     let mut entity = Map::new();
@@ -241,8 +273,10 @@ pub fn prov_json(records: &[Record]) -> Value {
             }
         }
     }
-    // Reads: the version written by the call behind a read-after-write edge, else the initial one.
-    let mut read_via_edge: BTreeSet<(CallKey, String)> = BTreeSet::new();
+    // Reads: the versions written by the calls behind the reader's read-after-write edges (within
+    // its batch or, through lineage, from earlier batches) whose resource overlaps the read; a
+    // read no such edge explains used the resource's `initial` version.
+    let mut edges_into: HashMap<CallKey, Vec<&EdgeRecord>> = HashMap::new();
     for r in records {
         if let Record::Edge(e) = r {
             if !e.causal {
@@ -254,47 +288,54 @@ pub fn prov_json(records: &[Record]) -> Value {
                 rel("inf"),
                 json!({"prov:informed": to, "prov:informant": from}),
             );
-            let writer = CallKey {
-                batch: e.from_batch.clone(),
-                call: e.from.clone(),
-            };
-            if let Some(w) = calls.get(&writer) {
-                for a in w.accesses.iter().filter(|a| a.mode == "write") {
-                    let overlaps = match (Pattern::parse(&a.resource), Pattern::parse(&e.resource))
-                    {
-                        (Ok(x), Ok(y)) => x.overlaps(&y),
-                        _ => false,
-                    };
-                    if overlaps {
-                        let ent = format!("sluice:resource/{}@{}/{}", a.resource, w.batch, w.call);
-                        used.insert(rel("use"), json!({"prov:activity": to, "prov:entity": ent}));
-                        read_via_edge.insert((
-                            CallKey {
-                                batch: e.to_batch.clone(),
-                                call: e.to.clone(),
-                            },
-                            a.resource.clone(),
-                        ));
-                    }
-                }
-            }
+            edges_into
+                .entry(CallKey {
+                    batch: e.to_batch.clone(),
+                    call: e.to.clone(),
+                })
+                .or_default()
+                .push(e);
         }
     }
     for c in calls.values().filter(|c| c.started_at_ms.is_some()) {
+        let id = activity_id(&c.batch, &c.call);
+        let into = edges_into
+            .get(&key(c))
+            .map(Vec::as_slice)
+            .unwrap_or_default();
         for a in c.accesses.iter().filter(|a| a.mode == "read") {
-            if read_via_edge.iter().any(|(k, _)| k == &key(c)) {
+            let Ok(read) = Pattern::parse(&a.resource) else {
                 continue;
+            };
+            let mut explained = false;
+            let mut seen = BTreeSet::new();
+            for e in into {
+                let writer = CallKey {
+                    batch: e.from_batch.clone(),
+                    call: e.from.clone(),
+                };
+                let Some(w) = calls.get(&writer) else {
+                    continue;
+                };
+                for wa in w.accesses.iter().filter(|wa| wa.mode == "write") {
+                    if !Pattern::parse(&wa.resource).is_ok_and(|p| p.overlaps(&read)) {
+                        continue;
+                    }
+                    explained = true;
+                    let ent = format!("sluice:resource/{}@{}/{}", wa.resource, w.batch, w.call);
+                    if seen.insert(ent.clone()) {
+                        used.insert(rel("use"), json!({"prov:activity": id, "prov:entity": ent}));
+                    }
+                }
             }
-            let ent = format!("sluice:resource/{}@initial", a.resource);
-            entity.entry(ent.clone()).or_insert_with(|| {
-                json!({"prov:type": "sluice:resource-version",
-                "sluice:resource": a.resource})
-            });
-            used.insert(
-                rel("use"),
-                json!({"prov:activity": activity_id(&c.batch, &c.call),
-                "prov:entity": ent}),
-            );
+            if !explained {
+                let ent = format!("sluice:resource/{}@initial", a.resource);
+                entity.entry(ent.clone()).or_insert_with(|| {
+                    json!({"prov:type": "sluice:resource-version",
+                    "sluice:resource": a.resource})
+                });
+                used.insert(rel("use"), json!({"prov:activity": id, "prov:entity": ent}));
+            }
         }
     }
     json!({

@@ -20,7 +20,7 @@ use sluice::kernel::run::Kernel;
 use sluice::kernel::transport::{handler, Tool, ToolContext, ToolError};
 use sluice::kernel::{Batch, BatchResult, Call, CallResult, Status};
 use sluice::policy::{PolicyDocument, PolicyEngine};
-use sluice::provenance::{verify_file, Durability, ProvenanceLog};
+use sluice::provenance::{read_records, verify_file, Durability, ProvenanceLog};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::run::to_text;
@@ -517,8 +517,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let log_path = out.join("provenance.jsonl");
     let verified = verify_file(&log_path)
         .map_err(|e| anyhow::anyhow!("the provenance log does not verify: {e}"))?;
+    let records = read_records(&log_path)
+        .map_err(|e| anyhow::anyhow!("the provenance log does not verify: {e}"))?;
     outln!("\nProvenance edges (who waited for whom, and why):");
-    for rec in &verified.records {
+    for rec in &records {
         if let sluice::kernel::provenance::Record::Edge(e) = rec {
             outln!(
                 "  {:<14} -> {:<14} {:<18} {}{}",
@@ -542,7 +544,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     outln!(
         "\nWrote {} (verified: {} records, head {}) and {}.",
         log_path.display(),
-        verified.records.len(),
+        verified.records,
         &verified.head[..16],
         svg_path.display()
     );

@@ -11,7 +11,7 @@ use sluice::kernel::authorize::{ApproveAll, RejectAll};
 use sluice::kernel::run::{Kernel, OnFailure};
 use sluice::kernel::transport::EnvSecrets;
 use sluice::kernel::{BatchResult, CallResult};
-use sluice::provenance::Durability;
+use sluice::provenance::{CheckpointOptions, Durability, LogOptions};
 
 use super::common::{read_batch, BatchInput};
 
@@ -43,6 +43,17 @@ pub(crate) struct Args {
     /// `durable`: a call's record is on disk before its result is reported; `buffered`: faster.
     #[arg(long, value_enum, default_value = "durable")]
     durability: DurabilityMode,
+    /// Append a signed checkpoint of the log to `LOG.checkpoints` every N records (and one when
+    /// the run ends); needs `--key` and `--provenance`.
+    #[arg(long, value_name = "N", requires = "key", requires = "provenance",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    checkpoint_every: Option<u64>,
+    /// The signer key checkpoints are signed with (`sluice provenance keygen` writes one).
+    #[arg(long, value_name = "KEYFILE", requires = "checkpoint_every")]
+    key: Option<PathBuf>,
+    /// The checkpoints' origin line (default: the key's name).
+    #[arg(long, requires = "checkpoint_every")]
+    origin: Option<String>,
     /// What happens to the dependents of a failed call.
     #[arg(long, value_enum, default_value = "continue")]
     on_failure: FailureMode,
@@ -139,13 +150,21 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         ApproveMode::Prompt => builder.approver(super::policy::PromptApprover::default()),
     };
     let log = match &args.provenance {
-        Some(p) => Some(std::sync::Arc::new(super::provenance::open(
-            p,
-            match args.durability {
+        Some(p) => {
+            let mut options = LogOptions::new(match args.durability {
                 DurabilityMode::Durable => Durability::Durable,
                 DurabilityMode::Buffered => Durability::Buffered,
-            },
-        )?)),
+            });
+            if let (Some(every), Some(key)) = (args.checkpoint_every, &args.key) {
+                let key = super::provenance::read_signer_key(key)?;
+                let mut c = CheckpointOptions::new(key, every);
+                if let Some(origin) = &args.origin {
+                    c = c.with_origin(origin);
+                }
+                options = options.with_checkpoints(c);
+            }
+            Some(std::sync::Arc::new(super::provenance::open(p, options)?))
+        }
         None => None,
     };
     if let Some(log) = &log {
@@ -159,11 +178,15 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         let _inside = runtime.enter();
         drop(kernel);
     }
-    if let Some(log) = log {
-        runtime
-            .block_on(log.flush())
-            .map_err(|e| anyhow::anyhow!("the provenance log could not be written: {e}"))?;
-    }
+    // Everything the log holds is on disk (and the last checkpoint written) before the answer.
+    let log_failure = log.and_then(|log| {
+        let flushed = runtime.block_on(log.flush());
+        let path = log.path().display().to_string();
+        if let Ok(log) = std::sync::Arc::try_unwrap(log) {
+            log.close();
+        }
+        flushed.err().map(|e| (path, e))
+    });
     match args.format {
         RunFormat::Json => outln!("{}", serde_json::to_string_pretty(&to_json(&result))?),
         RunFormat::Text => out!("{}", to_text(&result)),
@@ -176,6 +199,35 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             serde_json::to_string_pretty(&vec![adapters::anthropic::results(&result)])?
         ),
     }
+    // The batch ran and is printed; a log that could not keep it is still a failure (exit 1).
+    let unrecorded: Vec<&str> = result
+        .results
+        .iter()
+        .filter(|r| r.recorded == Some(false))
+        .map(|r| r.id.as_str())
+        .collect();
+    if !unrecorded.is_empty() || log_failure.is_some() {
+        let (path, why) = log_failure.unwrap_or_else(|| {
+            let path = args
+                .provenance
+                .as_deref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            (path, "it refused records".into())
+        });
+        let calls = if unrecorded.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; the records of {} call(s) are not in it: {}",
+                unrecorded.len(),
+                unrecorded.join(", ")
+            )
+        };
+        return Err(super::invalid(format!(
+            "the provenance log `{path}` could not be written: {why}{calls}"
+        )));
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -185,14 +237,18 @@ pub(crate) fn ms(d: Duration) -> f64 {
 }
 
 fn result_json(r: &CallResult) -> Value {
-    json!({
+    let mut v = json!({
         "id": r.id,
         "status": r.status.as_str(),
         "output": r.output,
         "error": r.error.as_ref().map(|e| json!({"code": e.code, "message": e.message})),
         "started_ms": r.started.map(ms),
         "ended_ms": r.ended.map(ms),
-    })
+    });
+    if let Some(recorded) = r.recorded {
+        v["recorded"] = json!(recorded);
+    }
+    v
 }
 
 /// The batch result as cli.md's JSON.

@@ -104,7 +104,7 @@ impl BatchShared {
             started_at_ms: info.started_unix_ms,
             ended_at_ms: info.unix_ms(makespan.max(info.started.elapsed())),
         };
-        if let Err(why) = kernel.sink.record(Record::Batch(record)).await {
+        if let Err(why) = kernel.sink.record(vec![Record::Batch(record)]).await {
             tracing::error!(error = %why, "the provenance sink refused a batch record");
         }
         if !positions.is_empty() {
@@ -148,6 +148,19 @@ impl fmt::Debug for BatchHandle {
     }
 }
 
+/// 32 random bits drawn once per process: batch ids stay unique in a log that several processes
+/// append to over time (lineage across processes tells batches apart by id), even when two start
+/// in the same millisecond.
+fn process_nonce() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    static NONCE: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *NONCE.get_or_init(|| {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.finish() as u32
+    })
+}
+
 impl BatchHandle {
     /// Opens a batch of `kernel` for `tenant`.
     pub(crate) fn open(
@@ -165,7 +178,11 @@ impl BatchHandle {
         let (tx, rx) = mpsc::unbounded_channel();
         let info = Arc::new(BatchInfo {
             kernel: kernel.clone(),
-            id: Arc::from(format!("b{:x}-{n}", now.as_millis())),
+            id: Arc::from(format!(
+                "b{:x}-{:08x}-{n}",
+                now.as_millis(),
+                process_nonce()
+            )),
             tenant: Arc::from(tenant),
             started: Instant::now(),
             started_unix_ms: now.as_secs_f64() * 1000.0,

@@ -7,7 +7,8 @@
 //! 4. **wait** for the predecessors and the approval (`rejected`, `skipped`, `cancelled`);
 //! 5. **invoke** the handler in its own task under its deadline (`timeout`, `panic`), then check
 //!    the output (`invalid-output`) (`invoke.rs`);
-//! 6. **release** the successors, **record** provenance (`record.rs`) and hand the result back.
+//! 6. **record** provenance (`record.rs`: the call's records take their place in the log), then
+//!    **release** the successors, then hand the result back once the log has answered.
 //!
 //! Stages 1–3 run in [`submit`], synchronously, in the submitter's order; the rest is a future
 //! [`submit`] returns, which the batch spawns and whose result it delivers. Nothing here calls
@@ -24,7 +25,7 @@ use super::approval;
 use super::invoke::invoke;
 use super::job::{CallJob, Outcome};
 use super::options::OnFailure;
-use super::record::finish;
+use super::record::{self, finish};
 use super::result::CallResult;
 use super::shared::BatchInfo;
 use crate::authorize::{AuthRequest, Authorization, DecidedBy, Decision};
@@ -204,8 +205,17 @@ async fn run_ordered(
         u = &mut ready => u,
         _ = cancel.cancelled() => {
             let position = inserted.position;
-            let id = job.prepared.call.id.clone();
             drop(ask);
+            if job.kernel().sink.enabled() {
+                // Its records must follow its predecessors' (the log is in causal order): wait
+                // for them, record, then release.
+                let _ = (&mut ready).await;
+                let id = job.prepared.call.id.clone();
+                let recording = record::begin(*job, Outcome::cancelled_before_start(), edges);
+                release(&domain, position, Some(&id));
+                return Box::pin(recording.finish()).await;
+            }
+            let id = job.prepared.call.id.clone();
             // Report now; release the successors once the predecessors are done (the domain
             // keeps this call's place until then: forget only the settled).
             tokio::spawn(async move {
@@ -218,9 +228,11 @@ async fn run_ordered(
     // The predecessors are done; if the batch was cancelled meanwhile, cancellation wins over
     // whatever they ended with.
     if cancel.is_cancelled() {
-        release(&domain, inserted.position, Some(&job.prepared.call.id));
+        let id = job.prepared.call.id.clone();
+        let recording = record::begin(*job, Outcome::cancelled_before_start(), edges);
+        release(&domain, inserted.position, Some(&id));
         drop((ask, domain));
-        return Box::pin(finish(*job, Outcome::cancelled_before_start(), edges)).await;
+        return Box::pin(recording.finish()).await;
     }
     let outcome = match approval::answer(&mut job, ask, &cancel).await {
         Some(o) => o,
@@ -236,13 +248,15 @@ async fn run_ordered(
         },
     };
     job.ended.get_or_insert_with(Instant::now);
-    // 6. release, then record and hand the result back.
+    // 6. record (the records take their place in the log), release, then hand the result back
+    //    once the log has answered.
     let failed = outcome
         .counts_as_failure()
         .then(|| job.prepared.call.id.clone());
+    let recording = record::begin(*job, outcome, edges);
     release(&domain, inserted.position, failed.as_deref());
     drop(domain);
-    Box::pin(finish(*job, outcome, edges)).await
+    Box::pin(recording.finish()).await
 }
 
 fn release(domain: &DomainRef, position: usize, failed: Option<&str>) {

@@ -1,16 +1,49 @@
 //! Stage 6, **record**: what ran, who allowed it and the edges that ordered it, to the
 //! provenance sink; then the call's result.
+//!
+//! In two steps around the release of the successors: [`begin`] hands the call's group (its edges,
+//! then the call) to the sink, which fixes its place in the log there and then; the caller then
+//! releases the successors (whose records therefore come later: the log is in causal order); and
+//! [`Recording::finish`] waits for the sink's answer before the result is handed back (a durable
+//! log answers once the group is on disk).
 
 use std::time::Instant;
 
 use super::job::{CallJob, Outcome};
 use super::result::CallResult;
 use crate::model::CallError;
-use crate::provenance::{self, AccessRecord, CallRecord, EdgeRecord, Record};
+use crate::provenance::{self, AccessRecord, CallRecord, EdgeRecord, Record, RecordFuture};
+
+/// A call's result, waiting for the sink to answer for its records.
+pub(crate) struct Recording {
+    result: CallResult,
+    pending: Option<RecordFuture>,
+}
+
+impl Recording {
+    /// Waits for the sink, then hands the result back (with `recorded` set).
+    pub(crate) async fn finish(self) -> CallResult {
+        let mut result = self.result;
+        if let Some(pending) = self.pending {
+            let kept = pending.await;
+            if let Err(why) = &kept {
+                tracing::error!(error = %why, call = %result.id,
+                    "the provenance sink refused a call's records");
+            }
+            result.recorded = Some(kept.is_ok());
+        }
+        result
+    }
+}
+
+/// Both steps at once, for a call with no successors to release.
+pub(crate) async fn finish(job: CallJob, outcome: Outcome, edges: Vec<EdgeRecord>) -> CallResult {
+    begin(job, outcome, edges).finish().await
+}
 
 /// Stage 6, **record**: the call's records (its edges first, then the call) go to the provenance
-/// sink, and its result is made for the batch to deliver.
-pub(crate) async fn finish(job: CallJob, outcome: Outcome, edges: Vec<EdgeRecord>) -> CallResult {
+/// sink as one group, and its result is made for the batch to deliver.
+pub(crate) fn begin(job: CallJob, outcome: Outcome, edges: Vec<EdgeRecord>) -> Recording {
     let approver = job.approver.clone();
     let secrets = &job.secrets;
     let error = outcome.error.map(|e| CallError {
@@ -24,7 +57,8 @@ pub(crate) async fn finish(job: CallJob, outcome: Outcome, edges: Vec<EdgeRecord
         Some(_) => (rel(job.started), rel(job.ended)),
         None => (None, None),
     };
-    let sink = job.kernel().sink.clone();
+    let sink = &job.kernel().sink;
+    let mut pending = None;
     if sink.enabled() {
         let record = CallRecord {
             batch: batch.id.to_string(),
@@ -63,24 +97,23 @@ pub(crate) async fn finish(job: CallJob, outcome: Outcome, edges: Vec<EdgeRecord
             error_code: error.as_ref().map(|e| e.code.clone()),
             error_message: error.as_ref().map(|e| e.message.clone()),
         };
-        for e in edges {
-            if let Err(why) = sink.record(Record::Edge(e)).await {
-                tracing::error!(error = %why, "the provenance sink refused an edge record");
-            }
-        }
-        if let Err(why) = sink.record(Record::Call(record)).await {
-            tracing::error!(error = %why, "the provenance sink refused a call record");
-        }
+        let mut group: Vec<Record> = edges.into_iter().map(Record::Edge).collect();
+        group.push(Record::Call(record));
+        pending = Some(sink.record(group));
     }
-    CallResult {
-        id: job.prepared.call.id,
-        tool: job.prepared.call.tool,
-        status: outcome.status,
-        output: outcome.output,
-        error,
-        started,
-        ended,
-        authorization: job.authorization.clone(),
-        approver,
+    Recording {
+        result: CallResult {
+            id: job.prepared.call.id,
+            tool: job.prepared.call.tool,
+            status: outcome.status,
+            output: outcome.output,
+            error,
+            started,
+            ended,
+            authorization: job.authorization.clone(),
+            approver,
+            recorded: None,
+        },
+        pending,
     }
 }

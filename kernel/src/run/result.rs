@@ -26,6 +26,10 @@ pub struct CallResult {
     pub authorization: Option<Authorization>,
     /// Who approved (or rejected) an ask.
     pub approver: Option<String>,
+    /// Whether the provenance sink kept the call's records: `None` without a sink, `Some(true)`
+    /// when kept (on disk, for a durable log), `Some(false)` when the sink refused them (disk
+    /// full, I/O error). The outcome above is the call's own either way.
+    pub recorded: Option<bool>,
 }
 
 /// A batch's results, in submission order.

@@ -19,7 +19,7 @@
 //!  what a tool   what a call   how a tool is    who waits     the kernel: batches, and each
 //!  declares,     touches       carried out:     for whom,     call through resolve, validate,
 //!  what a model  (patterns,    handlers, the    and when a    authorize, order, wait, invoke,
-//!  asks for      normalizers)  registry, HTTP,  call may      release, record
+//!  asks for      normalizers)  registry, HTTP,  call may      record, release
 //!                              MCP              start
 //! ```
 //!

@@ -23,68 +23,68 @@ use crate::model::Status;
 pub struct AccessRecord {
     /// Effect kind.
     pub kind: String,
-    /// Resource pattern (after templating and normalization).
-    pub resource: String,
     /// `read` or `write`.
     pub mode: String,
+    /// Resource pattern (after templating and normalization).
+    pub resource: String,
 }
 
 /// A call's record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CallRecord {
-    /// The batch.
-    pub batch: String,
-    /// The tenant.
-    pub tenant: String,
-    /// The call id.
-    pub call: String,
-    /// The tool id.
-    pub tool: String,
-    /// The tool's version (null for an unknown tool).
-    pub tool_version: Option<String>,
-    /// sha256 (hex) of the canonical JSON of the input.
-    pub input_sha256: String,
-    /// sha256 (hex) of the canonical JSON of the output, when there is one.
-    pub output_sha256: Option<String>,
     /// The accesses after templating.
     pub accesses: Vec<AccessRecord>,
-    /// `allow`, `ask` or `deny` (null when the call was refused before authorization).
-    pub decision: Option<String>,
-    /// The rule, default or mode behind the decision.
-    pub decided_by: Option<String>,
     /// Who approved an ask (or rejected it).
     pub approver: Option<String>,
-    /// Start, unix time in milliseconds (null when the call never started).
-    pub started_at_ms: Option<f64>,
+    /// The batch.
+    pub batch: String,
+    /// The call id.
+    pub call: String,
+    /// The rule, default or mode behind the decision.
+    pub decided_by: Option<String>,
+    /// `allow`, `ask` or `deny` (null when the call was refused before authorization).
+    pub decision: Option<String>,
     /// End, unix time in milliseconds (null when the call never started).
     pub ended_at_ms: Option<f64>,
-    /// The outcome.
-    pub outcome: Status,
     /// The error code, for every outcome but `ok`.
     pub error_code: Option<String>,
     /// The error message (secrets redacted).
     pub error_message: Option<String>,
+    /// sha256 (hex) of the canonical JSON of the input.
+    pub input_sha256: String,
+    /// The outcome.
+    pub outcome: Status,
+    /// sha256 (hex) of the canonical JSON of the output, when there is one.
+    pub output_sha256: Option<String>,
+    /// Start, unix time in milliseconds (null when the call never started).
+    pub started_at_ms: Option<f64>,
+    /// The tenant.
+    pub tenant: String,
+    /// The tool id.
+    pub tool: String,
+    /// The tool's version (null for an unknown tool).
+    pub tool_version: Option<String>,
 }
 
 /// A conflict edge's record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EdgeRecord {
-    /// The tenant.
-    pub tenant: String,
-    /// The earlier call's batch.
-    pub from_batch: String,
-    /// The earlier call.
-    pub from: String,
-    /// The later call's batch.
-    pub to_batch: String,
-    /// The later call.
-    pub to: String,
-    /// One overlapping pattern that causes the edge.
-    pub resource: String,
-    /// `read-after-write`, `write-after-read` or `write-after-write`.
-    pub kind: String,
     /// Whether the later call may have seen what the earlier one wrote (read-after-write).
     pub causal: bool,
+    /// The earlier call.
+    pub from: String,
+    /// The earlier call's batch.
+    pub from_batch: String,
+    /// `read-after-write`, `write-after-read` or `write-after-write`.
+    pub kind: String,
+    /// One overlapping pattern that causes the edge.
+    pub resource: String,
+    /// The tenant.
+    pub tenant: String,
+    /// The later call.
+    pub to: String,
+    /// The later call's batch.
+    pub to_batch: String,
 }
 
 /// A batch's record, written when its last call has finished.
@@ -92,17 +92,21 @@ pub struct EdgeRecord {
 pub struct BatchRecord {
     /// The batch id.
     pub batch: String,
-    /// The tenant.
-    pub tenant: String,
     /// The call ids, in submission order.
     pub calls: Vec<String>,
-    /// Start, unix time in milliseconds.
-    pub started_at_ms: f64,
     /// End, unix time in milliseconds.
     pub ended_at_ms: f64,
+    /// Start, unix time in milliseconds.
+    pub started_at_ms: f64,
+    /// The tenant.
+    pub tenant: String,
 }
 
 /// What the kernel records.
+///
+/// The fields of every record struct are declared in the byte order of their names (and `type`,
+/// the tag, sorts after all of them), so a record serializes straight to its canonical JSON; the
+/// provenance log relies on it and its tests check it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum Record {

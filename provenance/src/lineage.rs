@@ -16,6 +16,12 @@ use std::sync::Arc;
 use sluice_kernel::access::Pattern;
 use sluice_kernel::provenance::{CallRecord, EdgeRecord};
 
+/// The resource itself when its pattern text has no wildcard or escape (most do not): it then
+/// matches exactly that text, and parsing it would only cost time.
+fn exact_key(text: &str) -> Option<&str> {
+    (!text.contains(['*', '?', '\\'])).then_some(text)
+}
+
 /// A writer: the batch and call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Writer {
@@ -60,7 +66,14 @@ impl LastWriters {
     /// The lineage edges a call gets from writers of *other* batches: for each of its read
     /// accesses, one `read-after-write` edge from each latest writer of an overlapping resource,
     /// unless `known` (the kernel's own edges for the call) already links that writer to it.
-    pub fn edges_for(&self, call: &CallRecord, known: &[EdgeRecord]) -> Vec<EdgeRecord> {
+    pub fn edges_for<'a>(
+        &self,
+        call: &CallRecord,
+        known: impl Iterator<Item = &'a EdgeRecord> + Clone,
+    ) -> Vec<EdgeRecord> {
+        if !call.accesses.iter().any(|a| a.mode == "read") {
+            return Vec::new();
+        }
         let Some(t) = self.tenants.get(call.tenant.as_str()) else {
             return Vec::new();
         };
@@ -69,10 +82,8 @@ impl LastWriters {
             if *w.batch == *call.batch {
                 return; // the kernel ordered (and recorded) its own batch
             }
-            let already = known
-                .iter()
-                .chain(out.iter())
-                .any(|e| e.causal && e.from_batch == *w.batch && e.from == *w.call);
+            let same = |e: &EdgeRecord| e.causal && e.from_batch == *w.batch && e.from == *w.call;
+            let already = known.clone().any(same) || out.iter().any(same);
             if !already {
                 out.push(EdgeRecord {
                     tenant: call.tenant.clone(),
@@ -87,26 +98,34 @@ impl LastWriters {
             }
         };
         for a in call.accesses.iter().filter(|a| a.mode == "read") {
-            let Ok(read) = Pattern::parse(&a.resource) else {
-                continue;
-            };
-            match read.as_exact() {
+            match exact_key(&a.resource) {
                 Some(key) => {
                     if let Some(w) = t.exact.get(key) {
                         link(w, &a.resource);
                     }
+                    if !t.wild.is_empty() {
+                        let read = Pattern::literal(key);
+                        for (p, _, w) in &t.wild {
+                            if p.overlaps(&read) {
+                                link(w, &a.resource);
+                            }
+                        }
+                    }
                 }
                 None => {
+                    let Ok(read) = Pattern::parse(&a.resource) else {
+                        continue;
+                    };
                     for (key, w) in &t.exact {
                         if read.matches(key) {
                             link(w, &a.resource);
                         }
                     }
-                }
-            }
-            for (p, _, w) in &t.wild {
-                if p.overlaps(&read) {
-                    link(w, &a.resource);
+                    for (p, _, w) in &t.wild {
+                        if p.overlaps(&read) {
+                            link(w, &a.resource);
+                        }
+                    }
                 }
             }
         }
@@ -136,6 +155,15 @@ impl LastWriters {
             .entry(Box::from(call.tenant.as_str()))
             .or_default();
         for a in writes {
+            if let Some(key) = exact_key(&a.resource) {
+                match t.exact.get_mut(key) {
+                    Some(w) => *w = writer.clone(),
+                    None => {
+                        t.exact.insert(Box::from(key), writer.clone());
+                    }
+                }
+                continue;
+            }
             let Ok(p) = Pattern::parse(&a.resource) else {
                 continue;
             };
@@ -204,16 +232,16 @@ mod tests {
         lw.apply(&call("b2", "w2", &[("write", "fs:/a/x")]));
         lw.apply(&call("b2", "w3", &[("write", "fs:/a/y")]));
         let r = call("b3", "r", &[("read", "fs:/a/x")]);
-        assert_eq!(froms(&lw.edges_for(&r, &[])), ["b2/w2"]);
+        assert_eq!(froms(&lw.edges_for(&r, [].iter())), ["b2/w2"]);
         let glob = call("b3", "g", &[("read", "fs:/a/*")]);
-        assert_eq!(froms(&lw.edges_for(&glob, &[])), ["b2/w2", "b2/w3"]);
+        assert_eq!(froms(&lw.edges_for(&glob, [].iter())), ["b2/w2", "b2/w3"]);
         // A wildcard write supersedes what it contains.
         lw.apply(&call("b4", "wall", &[("write", "fs:/a/*")]));
         assert_eq!(lw.len(), 1);
-        assert_eq!(froms(&lw.edges_for(&r, &[])), ["b4/wall"]);
+        assert_eq!(froms(&lw.edges_for(&r, [].iter())), ["b4/wall"]);
         // A later exact write does not contain the wildcard: both count.
         lw.apply(&call("b5", "wx", &[("write", "fs:/a/x")]));
-        assert_eq!(froms(&lw.edges_for(&r, &[])), ["b4/wall", "b5/wx"]);
+        assert_eq!(froms(&lw.edges_for(&r, [].iter())), ["b4/wall", "b5/wx"]);
     }
 
     #[test]
@@ -225,17 +253,20 @@ mod tests {
         assert!(lw.is_empty());
         lw.apply(&call("b1", "w", &[("write", "kv:k")]));
         assert!(lw
-            .edges_for(&call("b1", "r", &[("read", "kv:k")]), &[])
+            .edges_for(&call("b1", "r", &[("read", "kv:k")]), [].iter())
             .is_empty());
         let r = call("b2", "r", &[("read", "kv:k"), ("read", "kv:*")]);
-        let edges = lw.edges_for(&r, &[]);
+        let edges = lw.edges_for(&r, [].iter());
         assert_eq!(edges.len(), 1, "one edge per writer");
         assert!(
-            lw.edges_for(&r, &edges).is_empty(),
+            lw.edges_for(&r, edges.iter()).is_empty(),
             "the kernel's edge is not repeated"
         );
         let mut other = r.clone();
         other.tenant = "u".into();
-        assert!(lw.edges_for(&other, &[]).is_empty(), "tenants never mix");
+        assert!(
+            lw.edges_for(&other, [].iter()).is_empty(),
+            "tenants never mix"
+        );
     }
 }

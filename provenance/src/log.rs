@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
-use sluice_kernel::provenance::{EdgeRecord, ProvenanceSink, Record, RecordFuture};
+use sluice_kernel::provenance::{ProvenanceSink, Record, RecordFuture};
 use tokio::sync::oneshot;
 
 use crate::chain::{self, sha256_hex, DamageKind, ScanError};
@@ -412,10 +412,10 @@ impl Writer {
     /// Adds one line to the commit being built.
     fn add(&mut self, record: &Record, buf: &mut Vec<u8>) {
         self.seq += 1;
-        let line = chain::line(self.seq, &self.prev, record);
-        self.prev = sha256_hex(line.as_bytes());
-        self.frontier.push_line(line.as_bytes());
-        buf.extend_from_slice(line.as_bytes());
+        let start = chain::write_line(self.seq, &self.prev, record, buf);
+        let line = &buf[start..];
+        self.prev = sha256_hex(line);
+        self.frontier.push_line(line);
         buf.push(b'\n');
         if let Some(c) = &mut self.checkpoints {
             if self.seq.is_multiple_of(c.every) {
@@ -433,14 +433,12 @@ impl Writer {
         let mut start = 0;
         for (i, record) in group.iter().enumerate() {
             if let Record::Call(call) = record {
-                let known: Vec<EdgeRecord> = group[start..i]
-                    .iter()
-                    .filter_map(|r| match r {
-                        Record::Edge(e) => Some(e.clone()),
-                        _ => None,
-                    })
-                    .collect();
-                for e in self.writers.edges_for(call, &known) {
+                // The kernel's own edges for this call: the records of its group before it.
+                let known = group[start..i].iter().filter_map(|r| match r {
+                    Record::Edge(e) => Some(e),
+                    _ => None,
+                });
+                for e in self.writers.edges_for(call, known) {
                     self.add(&Record::Edge(e), buf);
                 }
                 start = i + 1;

@@ -6,7 +6,7 @@
 //! takes batches: whole ([`Kernel::run`], results in submission order) or call by call while the
 //! model is still streaming ([`Kernel::open`], a [`BatchHandle`] that is also a stream of
 //! completions). Each call goes through the dispatch stages (`dispatch.rs`): resolve and
-//! validate, authorize, order, wait, invoke, release and record; the batch (`batch.rs`) delivers
+//! validate, authorize, order, wait, invoke, record and release; the batch (`batch.rs`) delivers
 //! its result and ends after its last call.
 //!
 //! ```

@@ -25,6 +25,63 @@ fn code(r: &sluice_kernel::CallResult) -> &str {
     r.error.as_ref().map(|e| e.code.as_str()).unwrap_or("")
 }
 
+/// A sink that panics on the call records of key `boom`, when handed them or when answering.
+struct PanickingSink {
+    when_answering: bool,
+}
+
+impl sluice_kernel::ProvenanceSink for PanickingSink {
+    fn record(
+        &self,
+        group: Vec<sluice_kernel::provenance::Record>,
+    ) -> sluice_kernel::provenance::RecordFuture {
+        use sluice_kernel::provenance::Record;
+        let boom = group
+            .iter()
+            .any(|r| matches!(r, Record::Call(c) if c.call.starts_with("boom")));
+        if boom && !self.when_answering {
+            panic!("the sink panics on purpose");
+        }
+        Box::pin(async move {
+            if boom {
+                panic!("the sink panics on purpose, later");
+            }
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_sink_refuses_its_records_and_the_tenant_goes_on() {
+    for when_answering in [false, true] {
+        let k = Kernel::builder()
+            .tool(writer("t.w"))
+            .provenance(PanickingSink { when_answering })
+            .build()
+            .unwrap();
+        let r = k
+            .run(Batch::new("t", vec![call("a", "k"), call("boom", "k"), call("c", "k")]).unwrap())
+            .await
+            .unwrap();
+        let seen: Vec<_> = r.results.iter().map(|r| (r.status, r.recorded)).collect();
+        assert_eq!(
+            seen,
+            [
+                (Status::Ok, Some(true)),
+                (Status::Ok, Some(false)),
+                (Status::Ok, Some(true))
+            ],
+            "when answering: {when_answering}"
+        );
+        let again = k
+            .run(Batch::new("t", vec![call("d", "k")]).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(again.results[0].status, Status::Ok);
+        assert_eq!(k.tenants_held(), 0);
+    }
+}
+
 #[tokio::test]
 async fn a_panicking_authorizer_fails_its_call_internal_and_the_tenant_goes_on() {
     let authorizer = |req: &AuthRequest<'_>| {

@@ -276,6 +276,7 @@ impl ProvenanceLog {
             file,
             room: options.fail_writes_after,
             len,
+            unsynced: false,
             seq: at.records,
             prev: at.head,
             frontier,
@@ -395,6 +396,8 @@ struct Writer {
     room: Option<u64>,
     /// The file's length after the last committed group.
     len: u64,
+    /// Bytes written since the last sync (buffered mode).
+    unsynced: bool,
     seq: u64,
     prev: String,
     frontier: Frontier,
@@ -531,9 +534,17 @@ impl Writer {
                 )),
                 None => self.write(&buf).map_err(|e| e.to_string()),
             };
-            let must_sync = self.durability == Durability::Durable || !flushes.is_empty();
-            if result.is_ok() && must_sync && !buf.is_empty() {
-                result = self.file.sync_data().map_err(|e| e.to_string());
+            // Synced: every durable commit; in buffered mode, before a flush answers and before
+            // a checkpoint vouches for the records.
+            let checkpoint_due = self.checkpoints.as_ref().is_some_and(|c| !c.due.is_empty());
+            let must_sync =
+                self.durability == Durability::Durable || !flushes.is_empty() || checkpoint_due;
+            if result.is_ok() {
+                self.unsynced |= !buf.is_empty();
+                if must_sync && self.unsynced {
+                    result = self.file.sync_data().map_err(|e| e.to_string());
+                    self.unsynced = false;
+                }
             }
             match &result {
                 Ok(()) => {

@@ -11,6 +11,9 @@ use std::time::Instant;
 
 use super::job::{CallJob, Outcome};
 use super::result::CallResult;
+use futures::FutureExt;
+
+use crate::error::panic_message;
 use crate::model::CallError;
 use crate::provenance::{self, AccessRecord, CallRecord, EdgeRecord, Record, RecordFuture};
 
@@ -25,7 +28,14 @@ impl Recording {
     pub(crate) async fn finish(self) -> CallResult {
         let mut result = self.result;
         if let Some(pending) = self.pending {
-            let kept = pending.await;
+            // The sink is the embedder's code: a panic while it answers refuses the records.
+            let kept = match std::panic::AssertUnwindSafe(pending).catch_unwind().await {
+                Ok(kept) => kept,
+                Err(payload) => Err(format!(
+                    "the provenance sink panicked: {}",
+                    panic_message(payload.as_ref())
+                )),
+            };
             if let Err(why) = &kept {
                 tracing::error!(error = %why, call = %result.id,
                     "the provenance sink refused a call's records");
@@ -99,7 +109,16 @@ pub(crate) fn begin(job: CallJob, outcome: Outcome, edges: Vec<EdgeRecord>) -> R
         };
         let mut group: Vec<Record> = edges.into_iter().map(Record::Edge).collect();
         group.push(Record::Call(record));
-        pending = Some(sink.record(group));
+        // The sink is the embedder's code, called before the successors are released: a panic
+        // here must not keep them waiting, so it refuses the records instead.
+        let handed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.record(group)));
+        pending = Some(handed.unwrap_or_else(|payload| {
+            let why = format!(
+                "the provenance sink panicked: {}",
+                panic_message(payload.as_ref())
+            );
+            Box::pin(async move { Err(why) })
+        }));
     }
     Recording {
         result: CallResult {

@@ -286,6 +286,15 @@ fn verify_names_an_edited_deleted_inserted_or_reordered_line() {
     write_lines(&path, &reordered);
     assert_eq!(damaged_line(&path), 2);
 
+    // White space added anywhere in a line — the last one too, where no later `prev` would
+    // notice — is a change: the hash covers the bytes as written (issue 22, finding 5).
+    for (at, what) in [(75, " "), (80, "\t"), (0, " ")] {
+        let mut spaced = original.clone();
+        spaced[5].insert_str(at, what);
+        write_lines(&path, &spaced);
+        assert_eq!(damaged_line(&path), 6, "{what:?} at {at}");
+    }
+
     // The CLI names the line and exits 1; a cut tail is caught by --head.
     write_lines(&path, &edited);
     let run = sluice(
@@ -596,4 +605,33 @@ async fn lineage_why_and_prov_json() {
         None,
     );
     assert_eq!(export.json(), prov);
+}
+
+/// A record with a non-finite time is written so that the log still verifies and opens: the log
+/// never holds what its reader refuses (issue 22, finding 4).
+#[tokio::test]
+async fn non_finite_times_never_make_a_log_unreadable() {
+    let dir = temp_dir("prov-nan");
+    let path = dir.join("log.jsonl");
+    let log = ProvenanceLog::open(&path, Durability::Durable).unwrap();
+    let batch = |s: f64, e: f64| {
+        Record::Batch(sluice_kernel::provenance::BatchRecord {
+            batch: "b".into(),
+            tenant: "t".into(),
+            calls: vec![],
+            started_at_ms: s,
+            ended_at_ms: e,
+        })
+    };
+    for (s, e) in [(f64::NAN, 1.0), (f64::INFINITY, f64::NEG_INFINITY)] {
+        assert!(log.append(batch(s, e)).await.unwrap().is_ok());
+    }
+    log.close();
+    assert_eq!(verify_file(&path).unwrap().records, 2);
+    let records = read_records(&path).unwrap();
+    assert!(
+        matches!(&records[0], Record::Batch(b) if b.started_at_ms.is_nan() && b.ended_at_ms == 1.0)
+    );
+    let log = ProvenanceLog::open(&path, Durability::Durable).unwrap();
+    assert_eq!(log.opened().records, 2);
 }

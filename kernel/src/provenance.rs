@@ -94,12 +94,20 @@ pub struct BatchRecord {
     pub batch: String,
     /// The call ids, in submission order.
     pub calls: Vec<String>,
-    /// End, unix time in milliseconds.
+    /// End, unix time in milliseconds (a non-finite time is written as null and read back as
+    /// NaN, so the log never holds what its reader refuses).
+    #[serde(deserialize_with = "f64_or_null")]
     pub ended_at_ms: f64,
-    /// Start, unix time in milliseconds.
+    /// Start, unix time in milliseconds (as `ended_at_ms`).
+    #[serde(deserialize_with = "f64_or_null")]
     pub started_at_ms: f64,
     /// The tenant.
     pub tenant: String,
+}
+
+/// A time that JSON wrote as null (it was not finite) reads back as NaN.
+fn f64_or_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 /// What the kernel records.

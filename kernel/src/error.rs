@@ -193,6 +193,9 @@ pub enum ErrorCode {
     HttpFailed,
     /// `invalid-response`: an HTTP tool's response cannot be read as declared.
     InvalidResponse,
+    /// `too-large`: an HTTP tool's response body is larger than its cap (`limits.memMB`, else
+    /// 16 MiB).
+    TooLarge,
     /// `mcp-tool-error`: the MCP tool answered with `isError`.
     McpToolError,
     /// `mcp-error`: the MCP server refused the request (a JSON-RPC error).
@@ -215,7 +218,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in declaration order.
-    pub const ALL: [ErrorCode; 26] = [
+    pub const ALL: [ErrorCode; 27] = [
         ErrorCode::UnknownTool,
         ErrorCode::InvalidInput,
         ErrorCode::InvalidOutput,
@@ -233,6 +236,7 @@ impl ErrorCode {
         ErrorCode::HttpStatus,
         ErrorCode::HttpFailed,
         ErrorCode::InvalidResponse,
+        ErrorCode::TooLarge,
         ErrorCode::McpToolError,
         ErrorCode::McpError,
         ErrorCode::McpProtocol,
@@ -264,6 +268,7 @@ impl ErrorCode {
             ErrorCode::HttpStatus => "http-status",
             ErrorCode::HttpFailed => "http-failed",
             ErrorCode::InvalidResponse => "invalid-response",
+            ErrorCode::TooLarge => "too-large",
             ErrorCode::McpToolError => "mcp-tool-error",
             ErrorCode::McpError => "mcp-error",
             ErrorCode::McpProtocol => "mcp-protocol",

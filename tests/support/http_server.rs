@@ -8,7 +8,12 @@
 //! - `/hold/<key>` — waits 30 ms, then 200 `{}` (for ordering checks);
 //! - `/barrier/<n>` — answers only once `n` barrier requests have arrived (200 `{}`), or 504
 //!   after 10 s; independent requests can only all succeed if they were in flight together;
-//! - `/text` — 200 `not json`; `/empty` — 200 with no body; `/redirect` — 302 to `/echo`.
+//! - `/text` — 200 `not json`; `/empty` — 200 with no body; `/redirect` — 302 to `/echo`;
+//! - `/big/<n>` — 200 with a JSON string body of `n` bytes and its length; `/bigchunked/<n>` —
+//!   the same, chunked (no length announced);
+//! - `/away/<port>` — 302 to the same path on 127.0.0.1:`port`.
+//!
+//! Every accepted connection is counted too (`connections`), request or not.
 #![allow(dead_code, unreachable_pub)]
 
 use std::sync::{Arc, Mutex};
@@ -42,6 +47,7 @@ impl Seen {
 pub struct Server {
     pub addr: std::net::SocketAddr,
     pub seen: Arc<Mutex<Vec<Seen>>>,
+    pub connections: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Server {
@@ -50,6 +56,9 @@ impl Server {
     }
     pub fn requests(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
+    }
+    pub fn connection_count(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -60,18 +69,25 @@ pub async fn start() -> Server {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let barrier = Arc::new((Mutex::new(0usize), tokio::sync::Notify::new()));
     let s = seen.clone();
+    let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = connections.clone();
     tokio::spawn(async move {
         loop {
             let Ok((sock, _)) = listener.accept().await else {
                 return;
             };
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let (s, barrier) = (s.clone(), barrier.clone());
             tokio::spawn(async move {
                 let _ = serve(sock, s, barrier).await;
             });
         }
     });
-    Server { addr, seen }
+    Server {
+        addr,
+        seen,
+        connections,
+    }
 }
 
 async fn serve(
@@ -148,6 +164,41 @@ async fn serve(
             (200, String::new(), String::new())
         } else if path == "/redirect" {
             (302, String::new(), "Location: /echo\r\n".into())
+        } else if let Some(port) = path.strip_prefix("/away/") {
+            (
+                302,
+                String::new(),
+                format!("Location: http://127.0.0.1:{port}/echo\r\n"),
+            )
+        } else if let Some(n) = path.strip_prefix("/bigchunked/") {
+            let n: usize = n.parse().unwrap_or(0);
+            seen.lock().unwrap().push(Seen {
+                method,
+                target,
+                headers,
+                body,
+                arrived,
+                answered: Instant::now(),
+            });
+            let head = "HTTP/1.1 200 X\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n";
+            r.get_mut().write_all(head.as_bytes()).await?;
+            let chunk = vec![b'a'; 64 * 1024];
+            let mut left = n;
+            while left > 0 {
+                let k = left.min(chunk.len());
+                let mut out = format!("{k:x}\r\n").into_bytes();
+                out.extend_from_slice(&chunk[..k]);
+                out.extend_from_slice(b"\r\n");
+                if r.get_mut().write_all(&out).await.is_err() {
+                    return Ok(()); // the client stopped reading: that is the point
+                }
+                left -= k;
+            }
+            r.get_mut().write_all(b"0\r\n\r\n").await?;
+            continue;
+        } else if let Some(n) = path.strip_prefix("/big/") {
+            let n: usize = n.parse().unwrap_or(2).max(2);
+            (200, format!("\"{}\"", "a".repeat(n - 2)), String::new())
         } else {
             (404, "no such route".into(), String::new())
         };

@@ -49,7 +49,8 @@ pub use manifest::{
     StatusCode, StatusRange, ToolSecretRef, ToolSpec, Transport, Version,
 };
 pub use template::{
-    resource_placeholders, TemplateSyntaxError, TextPart, TextTemplate, UrlTemplate,
+    canonical, canonical_host, resource_placeholders, TemplateSyntaxError, TextPart, TextTemplate,
+    UrlTemplate,
 };
 pub(crate) use validate::compile_schema;
 pub use validate::{schema_accepts, validate, Report, ValidateOptions, MANIFEST_SCHEMA};

@@ -153,7 +153,8 @@ pub(crate) fn scan(text: &str, escapes: bool) -> Result<Vec<TextPart>, TemplateS
     Ok(parts)
 }
 
-/// A URL template whose scheme, userinfo, host and port are fixed.
+/// A URL template whose scheme, host and port are fixed — and read the same way by these rules
+/// and by the WHATWG URL parser that sends the request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UrlTemplate {
     template: TextTemplate,
@@ -161,6 +162,32 @@ pub struct UrlTemplate {
     scheme: String,
     /// The host as written (brackets kept for IPv6).
     host: String,
+    /// The host as the URL parser reads it.
+    parsed_host: url::Host<String>,
+    /// The port the URL parser reads (the scheme's default when none is written).
+    port: u16,
+}
+
+/// A host as the WHATWG URL parser reads it, canonical: names lowercase without one trailing
+/// dot; IPv4 in any spelling as its address; an IPv4-mapped IPv6 address as the IPv4 address it
+/// reaches. `None` when the text is not a host.
+pub fn canonical_host(text: &str) -> Option<url::Host<String>> {
+    canonical(url::Host::parse(text).ok()?)
+}
+
+/// [`canonical_host`] of a host the URL parser already read.
+pub fn canonical(host: url::Host<String>) -> Option<url::Host<String>> {
+    Some(match host {
+        url::Host::Domain(d) => {
+            let d = d.to_ascii_lowercase();
+            url::Host::Domain(d.strip_suffix('.').map(str::to_owned).unwrap_or(d))
+        }
+        url::Host::Ipv4(a) => url::Host::Ipv4(a),
+        url::Host::Ipv6(a) => match a.to_ipv4_mapped() {
+            Some(v4) => url::Host::Ipv4(v4),
+            None => url::Host::Ipv6(a),
+        },
+    })
 }
 
 impl UrlTemplate {
@@ -180,6 +207,18 @@ impl UrlTemplate {
         let Some(sep) = text.find("://") else {
             return Err(err(0, "is not an absolute http or https URL (no `://`)"));
         };
+        // What the URL parser reads otherwise than these rules: it drops tabs and newlines
+        // anywhere, and reads a backslash as `/` (so it would end the authority).
+        if let Some(at) = text.find(['\t', '\n', '\r', '\\']) {
+            let c = text[at..].chars().next().unwrap_or(' ');
+            return Err(err(
+                at,
+                &format!(
+                    "holds {c:?}, which the URL parser reads otherwise (a tab or newline is \
+                     dropped, a backslash is `/`): it could move the host"
+                ),
+            ));
+        }
         let scheme = &text[..sep];
         if scheme.contains('{') {
             return Err(err(0, "a placeholder may not stand in the scheme"));
@@ -201,6 +240,25 @@ impl UrlTemplate {
         };
         if userinfo.is_some_and(|u| u.contains(['{', '}'])) {
             return Err(err(start, "a placeholder may not stand in the userinfo"));
+        }
+        if let Some(at) = authority.find('@') {
+            return Err(err(
+                start + at,
+                "has an `@` in its authority: a URL template may not carry userinfo, and an `@` \
+                 can make the URL parser read another host",
+            ));
+        }
+        if let Some((at, c)) = authority.char_indices().find(|(_, c)| {
+            !(c.is_alphanumeric()
+                || matches!(c, '-' | '.' | '_' | '~' | ':' | '[' | ']' | '{' | '}'))
+        }) {
+            return Err(err(
+                start + at,
+                &format!(
+                    "holds {c:?} in its authority, which the URL parser may read otherwise: a \
+                     host is letters, digits, `-`, `.`, brackets for IPv6, and a port"
+                ),
+            ));
         }
         let host_end = if hostport.starts_with('[') {
             hostport.find(']').map(|i| i + 1).unwrap_or(hostport.len())
@@ -228,10 +286,37 @@ impl UrlTemplate {
             }
         }
         let template = TextTemplate::parse(text)?;
+        // The template with every placeholder filled, read by the URL parser, must name the same
+        // scheme, host and port as these rules read.
+        let sample: String = template
+            .parts()
+            .iter()
+            .map(|p| match p {
+                TextPart::Lit(l) => l.as_str(),
+                TextPart::Var(_) => "x",
+            })
+            .collect();
+        let parsed = url::Url::parse(&sample)
+            .map_err(|e| err(start, &format!("does not parse as a URL: {e}")))?;
+        let written = canonical_host(host)
+            .ok_or_else(|| err(start, &format!("the host `{host}` is not a valid host")))?;
+        let read = parsed.host().map(|h| h.to_owned()).and_then(canonical);
+        if read.as_ref() != Some(&written) || parsed.scheme() != scheme {
+            return Err(err(
+                start,
+                &format!(
+                    "names the host `{host}`, but the URL parser reads `{}`",
+                    parsed.host_str().unwrap_or("")
+                ),
+            ));
+        }
+        let port = parsed.port_or_known_default().unwrap_or(0);
         Ok(UrlTemplate {
             template,
             scheme,
             host: host.to_owned(),
+            parsed_host: written,
+            port,
         })
     }
 
@@ -248,6 +333,16 @@ impl UrlTemplate {
     /// The host (IPv6 hosts keep their brackets).
     pub fn host(&self) -> &str {
         &self.host
+    }
+
+    /// The host as the URL parser reads it ([`canonical_host`]).
+    pub fn parsed_host(&self) -> &url::Host<String> {
+        &self.parsed_host
+    }
+
+    /// The port the URL parser reads (the scheme's default when none is written).
+    pub fn port(&self) -> u16 {
+        self.port
     }
 }
 

@@ -3,14 +3,15 @@
 //! Takes in: a manifest with `spec: {kind: "http"}`. Hands on: a handler that, for each call,
 //! checks egress, resolves the secret, builds the request from the input and judges the response:
 //!
-//! 1. **Egress, before anything is sent.** `network: none` refuses every request; an `allowlist`
-//!    allows only its hosts — exact match, ASCII case-insensitive; a subdomain is another host and
-//!    is not allowed by its parent; absent or `unrestricted` allows. Cloud metadata addresses are
-//!    refused unless [`HttpOptions::allow_metadata`] opts in: the IPv4 link-local range
-//!    169.254.0.0/16 (which holds 169.254.169.254 and 169.254.170.2), 100.100.100.200,
-//!    fd00:ec2::254, IPv6 link-local fe80::/10, and the names `metadata.google.internal`,
-//!    `metadata.goog` and `metadata` — as the URL's host, and again after name resolution, so a
-//!    name that resolves there is refused too. A refused request sends nothing (`egress-denied`).
+//! 1. **Egress, before anything is sent** ([`super::egress`]). The URL is rendered, then parsed
+//!    once by the WHATWG parser reqwest uses; that parsed URL is checked and is what is sent. Its
+//!    host and port must be the template's (an input can never move the request elsewhere);
+//!    `network: none` refuses every request; an `allowlist` allows only its hosts — compared in
+//!    canonical form (IP addresses in any spelling, names ASCII case-insensitive with one trailing
+//!    dot ignored); a subdomain is another host; absent or `unrestricted` allows. Cloud metadata
+//!    addresses are refused unless [`HttpOptions::allow_metadata`] opts in, as the URL's host and
+//!    on every address a name resolves to (the connection goes to an address that was checked).
+//!    A refused request sends nothing (`egress-denied`).
 //! 2. **Secrets**: `bearer` and `header` authorization resolve their secret through the call's
 //!    context at call time; a missing secret fails the call (`secret-unavailable`) before anything
 //!    is sent. Secret values never appear in errors or records (the kernel redacts them).
@@ -29,20 +30,22 @@
 //!    the first 512 bytes of the body. With `parseJson` (default true) the body is parsed (empty is
 //!    `null`; bad JSON is an `invalid-response` error); without it the output is the body as a
 //!    string. `timeoutMs` (default 30,000) bounds the whole exchange; passing it is `timeout`.
+//!    The body is read up to `limits.memMB` MiB (16 MiB when undeclared); past it the call fails
+//!    with `too-large` and the rest is not read.
 
-use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
 
 use super::context::ToolContext;
+use super::egress::{self, EgressOptions};
 use super::handler::{Handler, HandlerFuture, SpecSynthesizer, ToolError};
 use crate::error::ErrorCode;
+use crate::model::{canonical, TextPart, TextTemplate, UrlTemplate};
 use crate::model::{
     HttpAuthSpec, HttpMethod, HttpRequestBodySpec, HttpToolSpec, Manifest, NetworkPolicy, ToolSpec,
 };
-use crate::model::{TextPart, TextTemplate, UrlTemplate};
 
 /// Options of the HTTP synthesizer.
 #[derive(Debug, Clone, Copy, Default)]
@@ -50,6 +53,8 @@ use crate::model::{TextPart, TextTemplate, UrlTemplate};
 pub struct HttpOptions {
     /// Allow requests to cloud metadata addresses. Default `false`.
     pub allow_metadata: bool,
+    /// Use the proxy the environment names. Default `false`.
+    pub proxy_from_env: bool,
 }
 
 impl HttpOptions {
@@ -58,7 +63,22 @@ impl HttpOptions {
         self.allow_metadata = allow;
         self
     }
+
+    /// These options, using (or not) the proxy the environment names.
+    pub fn with_proxy_from_env(mut self, proxy: bool) -> Self {
+        self.proxy_from_env = proxy;
+        self
+    }
+
+    fn egress(self) -> EgressOptions {
+        EgressOptions::default()
+            .with_allow_metadata(self.allow_metadata)
+            .with_proxy_from_env(self.proxy_from_env)
+    }
 }
+
+/// The response body cap when a tool declares no `limits.memMB`.
+pub const DEFAULT_BODY_CAP: u64 = 16 * 1024 * 1024;
 
 /// The `http` spec synthesizer: one shared client for every HTTP tool.
 #[derive(Debug, Clone)]
@@ -68,17 +88,11 @@ pub struct HttpSynthesizer {
 }
 
 impl HttpSynthesizer {
-    /// A synthesizer with its own client (rustls, no redirects, no proxy, a resolver that refuses
-    /// metadata addresses unless allowed).
+    /// A synthesizer with its own egress-checked client ([`egress::client`]: rustls, no
+    /// redirects, no proxy unless opted in, a resolver that refuses metadata addresses unless
+    /// allowed).
     pub fn new(options: HttpOptions) -> Result<Self, String> {
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .dns_resolver(Arc::new(GuardedResolver {
-                allow_metadata: options.allow_metadata,
-            }))
-            .build()
-            .map_err(|e| format!("the HTTP client cannot be built: {e}"))?;
+        let client = egress::client(options.egress())?;
         Ok(HttpSynthesizer { client, options })
     }
 }
@@ -103,6 +117,8 @@ struct HttpTool {
     headers: Vec<(String, TextTemplate)>,
     network: Option<NetworkPolicy>,
     options: HttpOptions,
+    /// The most response bytes read.
+    body_cap: u64,
 }
 
 /// Percent-encodes every byte outside `A-Z a-z 0-9 - . _ ~`, with uppercase hex.
@@ -171,85 +187,7 @@ fn fill(
     Ok(out)
 }
 
-/// Whether an address is a cloud metadata (or link-local) address.
-pub fn is_metadata_ip(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => {
-            let o = v4.octets();
-            (o[0] == 169 && o[1] == 254) || o == [100, 100, 100, 200]
-        }
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_metadata_ip(IpAddr::V4(v4));
-            }
-            let aws = std::net::Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
-            (v6.segments()[0] & 0xffc0) == 0xfe80 || v6 == aws
-        }
-    }
-}
-
-/// Whether a URL host names a cloud metadata service.
-pub fn is_metadata_host(host: &str) -> bool {
-    let h = host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_ascii_lowercase();
-    let h = h.trim_end_matches('.');
-    if matches!(h, "metadata.google.internal" | "metadata.goog" | "metadata") {
-        return true;
-    }
-    h.parse::<IpAddr>().is_ok_and(is_metadata_ip)
-}
-
-/// The egress decision for a host: `Err` says why it is refused.
-pub fn check_egress(
-    network: Option<&NetworkPolicy>,
-    host: &str,
-    allow_metadata: bool,
-) -> Result<(), String> {
-    if !allow_metadata && is_metadata_host(host) {
-        return Err(format!(
-            "`{host}` is a cloud metadata address, refused unless the embedder allows it"
-        ));
-    }
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    match network {
-        None | Some(NetworkPolicy::Unrestricted {}) => Ok(()),
-        Some(NetworkPolicy::None {}) => Err("the tool declares `network: none`".into()),
-        Some(NetworkPolicy::Allowlist { hosts }) => {
-            if hosts.iter().any(|h| {
-                h.trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .eq_ignore_ascii_case(bare)
-            }) {
-                Ok(())
-            } else {
-                Err(format!("`{host}` is not on the tool's allowlist"))
-            }
-        }
-    }
-}
-
-/// A resolver that refuses names resolving to metadata addresses.
-#[derive(Debug)]
-struct GuardedResolver {
-    allow_metadata: bool,
-}
-
-impl reqwest::dns::Resolve for GuardedResolver {
-    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let host = name.as_str().to_owned();
-        let allow = self.allow_metadata;
-        Box::pin(async move {
-            let addrs: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            if !allow && addrs.iter().any(|a| is_metadata_ip(a.ip())) {
-                return Err(format!("`{host}` resolves to a cloud metadata address").into());
-            }
-            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
-        })
-    }
-}
+pub use super::egress::{is_metadata_ip, parse_host};
 
 fn has_header(headers: &[(String, String)], name: &str) -> bool {
     headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name))
@@ -260,7 +198,8 @@ fn has_header(headers: &[(String, String)], name: &str) -> bool {
 #[derive(Debug, Clone, PartialEq)]
 struct OutgoingRequest {
     method: reqwest::Method,
-    url: String,
+    /// The URL as the parser read it: checked, and sent as it is.
+    url: url::Url,
     headers: Vec<(String, String)>,
     /// The body and its default content type.
     body: Option<(Vec<u8>, &'static str)>,
@@ -292,6 +231,9 @@ impl HttpTool {
                     .map_err(|e| format!("the header `{}` {e}", h.name.as_str()))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let body_cap = manifest.limits.as_ref().map_or(DEFAULT_BODY_CAP, |l| {
+            l.mem_mb.get().saturating_mul(1024 * 1024)
+        });
         Ok(HttpTool {
             client,
             spec: spec.clone(),
@@ -300,23 +242,13 @@ impl HttpTool {
             headers,
             network: manifest.network.clone(),
             options,
+            body_cap,
         })
     }
 
-    /// Egress first, then the request, then the exchange under the tool's timeout, then the
-    /// verdict on the response.
+    /// The request, judged by egress as it will be sent, then the exchange under the tool's
+    /// timeout, then the verdict on the response.
     async fn call(&self, ctx: ToolContext, input: Value) -> Result<Value, ToolError> {
-        check_egress(
-            self.network.as_ref(),
-            self.url.host(),
-            self.options.allow_metadata,
-        )
-        .map_err(|why| {
-            ToolError::new(
-                ErrorCode::EgressDenied,
-                format!("the request was not sent: {why}"),
-            )
-        })?;
         let request = self.build_request(&ctx, &input)?;
         let (status, bytes) = self.exchange(request).await?;
         self.judge_response(status, &bytes)
@@ -345,7 +277,8 @@ impl HttpTool {
             None => {}
         }
         let mut consumed = Vec::new();
-        let url = fill(self.url.template(), input, true, true, &mut consumed)?;
+        let rendered = fill(self.url.template(), input, true, true, &mut consumed)?;
+        let url = self.judge_url(&rendered)?;
         for (name, t) in &self.headers {
             let v = fill(t, input, false, false, &mut Vec::new())?;
             if v.contains(['\r', '\n']) {
@@ -368,6 +301,33 @@ impl HttpTool {
             headers,
             body: self.body(input, &consumed)?,
         })
+    }
+
+    /// The rendered URL, parsed once and judged: the same scheme, host and port as the template,
+    /// then the tool's network policy and the metadata refusal. `egress-denied` sends nothing.
+    fn judge_url(&self, rendered: &str) -> Result<url::Url, ToolError> {
+        let denied = |why: String| {
+            ToolError::new(
+                ErrorCode::EgressDenied,
+                format!("the request was not sent: {why}"),
+            )
+        };
+        let url = url::Url::parse(rendered)
+            .map_err(|e| denied(format!("the URL does not parse: {e}")))?;
+        let host = url.host().map(|h| h.to_owned()).and_then(canonical);
+        if host.as_ref() != Some(self.url.parsed_host())
+            || url.port_or_known_default() != Some(self.url.port())
+            || url.scheme() != self.url.scheme()
+        {
+            return Err(denied(format!(
+                "the filled-in URL would go to `{}`, not to the template's `{}`",
+                url.host_str().unwrap_or(""),
+                self.url.host()
+            )));
+        }
+        egress::check_url(&url, self.network.as_ref(), self.options.allow_metadata)
+            .map_err(denied)?;
+        Ok(url)
     }
 
     /// The body: the declared kind, else the input as JSON for POST, PUT and PATCH (without the
@@ -410,7 +370,7 @@ impl HttpTool {
 
     /// Sends the request and reads the whole response within the tool's `timeoutMs`.
     async fn exchange(&self, request: OutgoingRequest) -> Result<(u16, Vec<u8>), ToolError> {
-        let mut req = self.client.request(request.method, &request.url);
+        let mut req = self.client.request(request.method, request.url);
         if let Some((bytes, content_type)) = request.body {
             if !has_header(&request.headers, "content-type") {
                 req = req.header("Content-Type", content_type);
@@ -421,19 +381,35 @@ impl HttpTool {
             req = req.header(n.as_str(), v.as_str());
         }
         let timeout = Duration::from_millis(self.spec.timeout_ms.map_or(30_000, |t| t.get()));
+        let cap = self.body_cap;
         let exchange = async {
-            let resp = req.send().await?;
+            let mut resp = req.send().await.map_err(Read::Http)?;
             let status = resp.status().as_u16();
-            // Without a copy when the body is one buffer.
-            let bytes = Vec::from(resp.bytes().await?);
-            Ok::<_, reqwest::Error>((status, bytes))
+            if resp.content_length().is_some_and(|n| n > cap) {
+                return Err(Read::TooLarge);
+            }
+            let mut bytes = Vec::new();
+            while let Some(chunk) = resp.chunk().await.map_err(Read::Http)? {
+                if (bytes.len() + chunk.len()) as u64 > cap {
+                    return Err(Read::TooLarge);
+                }
+                bytes.extend_from_slice(&chunk);
+            }
+            Ok((status, bytes))
         };
         match tokio::time::timeout(timeout, exchange).await {
             Err(_) => Err(ToolError::new(
                 ErrorCode::Timeout,
                 format!("no complete response within {} ms", timeout.as_millis()),
             )),
-            Ok(Err(e)) => {
+            Ok(Err(Read::TooLarge)) => Err(ToolError::new(
+                ErrorCode::TooLarge,
+                format!(
+                    "the response body is larger than {} bytes (limits.memMB, or 16 MiB)",
+                    cap
+                ),
+            )),
+            Ok(Err(Read::Http(e))) => {
                 let why = if e.is_connect() {
                     format!("cannot connect: {}", source_chain(&e))
                 } else {
@@ -475,6 +451,12 @@ impl HttpTool {
             )
         })
     }
+}
+
+/// Why reading a response stopped.
+enum Read {
+    Http(reqwest::Error),
+    TooLarge,
 }
 
 fn source_chain(e: &dyn std::error::Error) -> String {
@@ -540,12 +522,18 @@ mod tests {
             "METADATA.GOOGLE.INTERNAL.",
             "[::ffff:169.254.169.254]",
         ] {
-            assert!(is_metadata_host(h), "{h}");
-            assert!(check_egress(None, h, false).is_err(), "{h}");
-            assert!(check_egress(None, h, true).is_ok(), "{h} with the opt-in");
+            let url = format!("http://{h}/");
+            assert!(egress::judge(&url, None, false).is_err(), "{h}");
+            assert!(
+                egress::judge(&url, None, true).is_ok(),
+                "{h} with the opt-in"
+            );
         }
         for h in ["127.0.0.1", "example.com", "[::1]", "10.0.0.1"] {
-            assert!(!is_metadata_host(h), "{h}");
+            assert!(
+                egress::judge(&format!("http://{h}/"), None, false).is_ok(),
+                "{h}"
+            );
         }
     }
 
@@ -554,11 +542,13 @@ mod tests {
         let list = NetworkPolicy::Allowlist {
             hosts: vec![crate::model::NonEmptyString::new("api.example.com").unwrap()],
         };
-        assert!(check_egress(Some(&list), "API.example.com", false).is_ok());
-        assert!(check_egress(Some(&list), "x.api.example.com", false).is_err());
-        assert!(check_egress(Some(&list), "example.com", false).is_err());
-        assert!(check_egress(Some(&NetworkPolicy::None {}), "127.0.0.1", false).is_err());
-        assert!(check_egress(Some(&NetworkPolicy::Unrestricted {}), "127.0.0.1", false).is_ok());
+        let judge =
+            |p: &NetworkPolicy, h: &str| egress::judge(&format!("http://{h}/"), Some(p), false);
+        assert!(judge(&list, "API.example.com").is_ok());
+        assert!(judge(&list, "x.api.example.com").is_err());
+        assert!(judge(&list, "example.com").is_err());
+        assert!(judge(&NetworkPolicy::None {}, "127.0.0.1").is_err());
+        assert!(judge(&NetworkPolicy::Unrestricted {}, "127.0.0.1").is_ok());
     }
 
     fn tool(spec: serde_json::Value) -> (HttpTool, Arc<Manifest>) {
@@ -587,7 +577,7 @@ mod tests {
         let input = serde_json::json!({"id": "a/b", "note": "hi", "qty": 2});
         let r = t.build_request(&ctx, &input).unwrap();
         assert_eq!(r.method, reqwest::Method::POST);
-        assert_eq!(r.url, "https://api.example.com/items/a%2Fb");
+        assert_eq!(r.url.as_str(), "https://api.example.com/items/a%2Fb");
         assert_eq!(r.headers, vec![("X-Note".to_string(), "n=hi".to_string())]);
         let (body, content_type) = r.body.unwrap();
         assert_eq!(content_type, "application/json");

@@ -39,11 +39,13 @@
 //! - `context.rs`: the whole [`ToolContext`];
 //! - `registry.rs`: [`Tool`] and [`ToolRegistry`];
 //! - `synth.rs`: [`Synthesizers`]; `http.rs`: declarative HTTP tools; `mcp/`: MCP servers;
+//! - `egress.rs`: where a request may go, and the one checked client every request goes through;
 //! - `resolve.rs`: which transport carries out each tool.
 //!
 //! This stage imports [`crate::model`], [`crate::access`] and [`crate::error`].
 
 mod context;
+pub mod egress;
 mod handler;
 #[cfg(feature = "http")]
 pub mod http;

@@ -25,6 +25,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::error::ErrorCode;
 use crate::model::{Manifest, McpEndpoint, Sandbox};
+use crate::transport::egress::{self, EgressOptions};
 use crate::transport::handler::ToolError;
 
 use super::death::Death;
@@ -43,6 +44,9 @@ pub struct McpOptions {
     pub memory_poll: Duration,
     /// The most requests a streamable HTTP session keeps in flight at once (default 64).
     pub http_max_in_flight: usize,
+    /// How servers over HTTP and SSE are reached: the same egress checks as HTTP tools (metadata
+    /// addresses refused, no redirects, no proxy unless opted in).
+    pub egress: EgressOptions,
 }
 
 impl McpOptions {
@@ -63,6 +67,19 @@ impl McpOptions {
         self.http_max_in_flight = n;
         self
     }
+
+    /// These options with these egress options for servers over HTTP and SSE.
+    pub fn with_egress(mut self, egress: EgressOptions) -> Self {
+        self.egress = egress;
+        self
+    }
+
+    /// The egress-checked client, once the endpoint's URL is judged.
+    fn client_for(&self, url: &str) -> Result<reqwest::Client, String> {
+        egress::judge(url, None, self.egress.allow_metadata)
+            .map_err(|why| format!("the endpoint `{url}` is refused: {why}"))?;
+        egress::client(self.egress)
+    }
 }
 
 impl Default for McpOptions {
@@ -71,6 +88,7 @@ impl Default for McpOptions {
             connect_timeout: Duration::from_secs(60),
             memory_poll: Duration::from_millis(200),
             http_max_in_flight: 64,
+            egress: EgressOptions::default(),
         }
     }
 }
@@ -313,8 +331,8 @@ impl Endpoint {
             McpEndpoint::Http { url, .. } => {
                 let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .max_concurrent_requests(self.options.http_max_in_flight);
-                let transport =
-                    StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
+                let client = self.options.client_for(url.as_str()).map_err(unavailable)?;
+                let transport = StreamableHttpClientTransport::with_client(client, config);
                 let service = client_config()
                     .serve(transport)
                     .await
@@ -322,7 +340,8 @@ impl Endpoint {
                 Ok(Session::new(self.raw.clone(), service, None, death))
             }
             McpEndpoint::Sse { url, .. } => {
-                let transport = sse::SseClientTransport::connect(reqwest::Client::new(), url)
+                let client = self.options.client_for(url.as_str()).map_err(unavailable)?;
+                let transport = sse::SseClientTransport::connect(client, url)
                     .await
                     .map_err(|e| unavailable(e.to_string()))?;
                 let service = client_config()

@@ -63,6 +63,14 @@ impl SseClientTransport {
                 }
             }
         };
+        // The messages go where the stream came from: a server may not send them elsewhere (the
+        // egress checks judged the stream's URL, not another host).
+        if post_url.origin() != base.origin() {
+            return Err(io::Error::other(format!(
+                "the server's endpoint event names `{post_url}`, another origin than the event \
+                 stream's: refused"
+            )));
+        }
         let (tx, incoming) = mpsc::channel(64);
         let reader = tokio::spawn(async move {
             while let Some(event) = events.next().await {

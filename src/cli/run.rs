@@ -9,6 +9,11 @@ use serde_json::{json, Value};
 use sluice::kernel::adapters::{self, ToolNames};
 use sluice::kernel::authorize::{ApproveAll, RejectAll};
 use sluice::kernel::run::{Kernel, OnFailure};
+#[cfg(feature = "mcp")]
+use sluice::kernel::transport::egress::EgressOptions;
+use sluice::kernel::transport::http::{HttpOptions, HttpSynthesizer};
+#[cfg(feature = "mcp")]
+use sluice::kernel::transport::mcp::McpOptions;
 use sluice::kernel::transport::EnvSecrets;
 use sluice::kernel::{BatchResult, CallResult};
 use sluice::provenance::{CheckpointOptions, Durability, LogOptions};
@@ -60,6 +65,10 @@ pub(crate) struct Args {
     /// The most calls running at once (default: no cap).
     #[arg(long)]
     max_concurrency: Option<usize>,
+    /// Send HTTP tools' and MCP servers' requests through the proxy the environment names
+    /// (`HTTP_PROXY`, `HTTPS_PROXY`, `NO_PROXY`); by default they are ignored (docs/security.md).
+    #[arg(long)]
+    proxy_from_env: bool,
     /// Output format.
     #[arg(long, value_enum, default_value = "json")]
     format: RunFormat,
@@ -140,6 +149,18 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         });
     if let Some(n) = args.max_concurrency {
         builder = builder.max_concurrency(n);
+    }
+    if args.proxy_from_env {
+        let http = HttpOptions::default().with_proxy_from_env(true);
+        builder = builder.synthesizer(
+            "http",
+            HttpSynthesizer::new(http).map_err(anyhow::Error::msg)?,
+        );
+        #[cfg(feature = "mcp")]
+        {
+            let egress = EgressOptions::default().with_proxy_from_env(true);
+            builder = builder.mcp_options(McpOptions::default().with_egress(egress));
+        }
     }
     if let Some(engine) = engine {
         builder = builder.authorizer(engine);

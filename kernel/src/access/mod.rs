@@ -53,7 +53,7 @@ mod resource;
 pub use normalize::{FsNormalizer, Normalizer, Normalizers};
 pub use pattern::{
     escape, push_literal_char, Pattern, PatternError, Strategy, Token, MAX_CONTAINMENT_STATES,
-    MAX_CONTAINMENT_TOKENS,
+    MAX_CONTAINMENT_TOKENS, MAX_OVERLAP_CELLS,
 };
 pub use plan::{Access, AccessPlan, EffectError};
 pub use resource::{ResourceTemplate, TemplateError, MAX_COMBINATIONS};

@@ -28,7 +28,11 @@
 //!
 //! The patterns overlap exactly when `(n, m)` is reachable. Every transition moves forward in
 //! `i`, `j` or both, so one pass over the `(n+1) x (m+1)` table in row-major order decides it:
-//! O(n*m) time, one bit per cell. Example: `fs:/a/*.rs` and `fs:*/b.rs` overlap because
+//! O(n*m) time, one bit per cell. Templated resources can be long (an input of tens of
+//! kilobytes), and the table is filled under the tenant's lock, so the work is bounded: the
+//! literal prefix and suffix the two patterns share are cut first (two different literals there
+//! decide "no overlap" at once), and a table still over [`MAX_OVERLAP_CELLS`] answers "overlap"
+//! — the safe answer, which orders the two calls — without being filled. Example: `fs:/a/*.rs` and `fs:*/b.rs` overlap because
 //! `fs:/a/b.rs` is reached by letting the first star take `b` and the second take `/a`.
 //!
 //! # Containment: a bounded subset construction
@@ -58,6 +62,11 @@ pub const MAX_CONTAINMENT_TOKENS: usize = 127;
 
 /// A containment search that visits more than this many states gives up with `false`.
 pub const MAX_CONTAINMENT_STATES: usize = 100_000;
+
+/// The overlap table's largest size, in cells, once the shared literal prefix and suffix are cut
+/// away; two patterns that would need more are reported as overlapping (the safe answer: the
+/// calls are ordered), without the work. 4 Mi cells is 4 MiB and a few milliseconds.
+pub const MAX_OVERLAP_CELLS: usize = 1 << 22;
 
 /// One element of a parsed pattern.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -330,7 +339,7 @@ impl std::str::FromStr for Pattern {
 
 /// The general routines, on token slices; exact for every pattern.
 pub mod general {
-    use super::{Token, MAX_CONTAINMENT_STATES, MAX_CONTAINMENT_TOKENS};
+    use super::{Token, MAX_CONTAINMENT_STATES, MAX_CONTAINMENT_TOKENS, MAX_OVERLAP_CELLS};
     use std::collections::{HashSet, VecDeque};
 
     /// Whether `tokens` matches `s`: the classic two-pointer glob match with backtracking to the
@@ -372,7 +381,25 @@ pub mod general {
     /// Whether some string matches both `a` and `b`: reachability of `(n, m)` in the product of
     /// the two NFAs (see the module docs). O(n*m) time and bits.
     pub fn overlaps(a: &[Token], b: &[Token]) -> bool {
+        // Cut the shared literal prefix and suffix: a common string starts (and ends) with them;
+        // two different literals at either end rule every common string out.
+        let (mut a, mut b) = (a, b);
+        while let ([Token::Lit(x), ra @ ..], [Token::Lit(y), rb @ ..]) = (a, b) {
+            if x != y {
+                return false;
+            }
+            (a, b) = (ra, rb);
+        }
+        while let ([ra @ .., Token::Lit(x)], [rb @ .., Token::Lit(y)]) = (a, b) {
+            if x != y {
+                return false;
+            }
+            (a, b) = (ra, rb);
+        }
         let (n, m) = (a.len(), b.len());
+        if (n + 1).saturating_mul(m + 1) > MAX_OVERLAP_CELLS {
+            return true;
+        }
         let w = m + 1;
         let mut reach = vec![false; (n + 1) * w];
         reach[0] = true;
@@ -515,6 +542,24 @@ mod tests {
 
     fn p(s: &str) -> Pattern {
         Pattern::parse(s).unwrap()
+    }
+
+    #[test]
+    fn long_templated_patterns_cost_bounded_work() {
+        // Tens of kilobytes of shared literal around the wildcards: cut away, decided exactly.
+        let big = "x".repeat(40_000);
+        let a = p(&format!("fs:/{big}/*/{big}.rs"));
+        let b = p(&format!("fs:/{big}/?a*/{big}.rs"));
+        let c = p(&format!("fs:/{big}/*/{big}.md"));
+        assert!(a.overlaps(&b) && b.overlaps(&a));
+        assert!(!a.overlaps(&c), "different suffix literals");
+        assert!(!general::overlaps(a.tokens(), c.tokens()));
+        // Wildcards at both ends and spread over a long middle: over the bound, the safe answer
+        // (overlap) without the work, though these two never match one string.
+        let spread = |c: char| format!("?{}", format!("{c}?").repeat(1500));
+        let (d, e) = (p(&spread('a')), p(&spread('b')));
+        assert!((d.tokens().len() + 1) * (e.tokens().len() + 1) > MAX_OVERLAP_CELLS);
+        assert!(general::overlaps(d.tokens(), e.tokens()));
     }
 
     #[test]

@@ -258,7 +258,7 @@ async fn the_last_writers_are_rebuilt_on_open_in_memory_per_resource_not_per_rec
 }
 
 /// A kernel with one tool that writes `x:{key}`, recorded to `log`.
-fn writing_kernel(log: ProvenanceLog) -> Kernel {
+fn writing_kernel(log: std::sync::Arc<ProvenanceLog>) -> Kernel {
     Kernel::builder()
         .tool(tool(
             "t.put",
@@ -268,9 +268,23 @@ fn writing_kernel(log: ProvenanceLog) -> Kernel {
                 Ok::<_, ToolError>(json!({"put": input["key"]}))
             }),
         ))
-        .provenance(log)
+        .provenance_arc(log)
         .build()
         .unwrap()
+}
+
+/// Closes a log shared with a kernel once the kernel (and every task that still holds it)
+/// has let go: the file lock goes with the last holder.
+async fn close_when_released(mut log: std::sync::Arc<ProvenanceLog>) {
+    loop {
+        match std::sync::Arc::try_unwrap(log) {
+            Ok(l) => return l.close(),
+            Err(shared) => {
+                log = shared;
+                tokio::task::yield_now().await;
+            }
+        }
+    }
 }
 
 #[tokio::test]
@@ -283,7 +297,8 @@ async fn a_failing_writer_gives_recorded_false_and_leaves_the_log_verifiable() {
         LogOptions::new(Durability::Durable).with_fail_writes_after(3000),
     )
     .unwrap();
-    let kernel = writing_kernel(log);
+    let log = std::sync::Arc::new(log);
+    let kernel = writing_kernel(log.clone());
     // One call per batch, each batch awaited (its result waits for its commit): commits one by
     // one, so the full disk comes in the middle.
     let mut results = Vec::new();
@@ -323,6 +338,7 @@ async fn a_failing_writer_gives_recorded_false_and_leaves_the_log_verifiable() {
     let prefix: Vec<String> = (0..kept.len()).map(|i| format!("c{i}")).collect();
     assert_eq!(kept, prefix);
     drop(kernel);
+    close_when_released(log).await;
 
     // The file verifies (the partial write was cut back) and holds exactly the kept calls.
     let v = verify_file(&path).unwrap();

@@ -139,3 +139,45 @@ fn help_explains_each_command() {
         assert!(run.stdout.contains(cmd), "{}", run.stdout);
     }
 }
+
+/// Issue 22, finding 6: an integer the schema takes (no maximum) but Sluice cannot hold is an
+/// error at its own pointer with the allowed range, never a confusing message at the root.
+#[test]
+fn integers_beyond_the_models_range_are_named_with_the_range() {
+    let dir = support::temp_dir("validate-range");
+    for (field, value) in [
+        ("memMB", "1e20"),
+        ("cpuMs", "1e30"),
+        ("memMB", "18446744073709551616"),
+    ] {
+        let file = dir.join("m.json");
+        let limits = if field == "memMB" {
+            format!(r#"{{"memMB": {value}, "cpuMs": 1}}"#)
+        } else {
+            format!(r#"{{"memMB": 1, "cpuMs": {value}}}"#)
+        };
+        std::fs::write(
+            &file,
+            format!(
+                r#"{{"id": "m", "description": "d", "version": "1.0.0", "input": {{}},
+                   "output": {{}}, "limits": {limits}}}"#
+            ),
+        )
+        .unwrap();
+        let run = sluice(
+            &["validate", "--format", "json", file.to_str().unwrap()],
+            None,
+            None,
+        );
+        assert_eq!(run.code, 1, "{value}");
+        let e = &run.json()["manifests"][0]["errors"][0];
+        assert_eq!(e["pointer"], format!("/limits/{field}"), "{value}");
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap()
+                .contains("18446744073709551615"),
+            "{e}"
+        );
+    }
+}

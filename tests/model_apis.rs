@@ -238,3 +238,41 @@ proptest! {
         }
     }
 }
+
+/// Issue 22, finding 3: an id Sluice makes up for a call without one (`#N`) never collides with
+/// a model's own id, so that call fails alone and the batch is not refused as a duplicate.
+#[test]
+fn made_up_ids_never_collide_with_the_models_own() {
+    let registry = builtin::registry(BuiltinConfig::default()).unwrap();
+    let names = ToolNames::new(&registry).unwrap();
+    let openai = json!({"tool_calls": [{"id": "#2", "": {}}, {"t": {"name": ""}}, {"unon": {}}]});
+    let b = adapters::openai::batch("acme", &openai, &names).unwrap();
+    let ids: Vec<&str> = b.calls.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, ["#2", "#1", "#2#"]);
+    let anthropic = json!([{"type": "tool_use", "id": "#1", "name": "x"},
+                           {"type": "tool_use", "name": "y"}, {"type": "tool_use", "name": "z"}]);
+    let b = adapters::anthropic::batch("acme", &anthropic, &names).unwrap();
+    let ids: Vec<&str> = b.calls.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, ["#1", "#1#", "#2"]);
+    let mcp = json!([{"id": "#1", "params": {"name": "x"}}, {"params": {"name": "y"}}]);
+    let b = adapters::mcp::batch("acme", &mcp, &names).unwrap();
+    let ids: Vec<&str> = b.calls.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, ["#1", "#1#"]);
+    // Through the CLI: the batch runs, each id-less call failing alone.
+    let dir = support::temp_dir("made-up-ids");
+    let file = dir.join("m.json");
+    std::fs::write(&file, openai.to_string()).unwrap();
+    let r = sluice(
+        &[
+            "run",
+            "--batch",
+            file.to_str().unwrap(),
+            "--batch-format",
+            "openai",
+        ],
+        None,
+        None,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.json()["results"].as_array().unwrap().len(), 3);
+}

@@ -208,11 +208,13 @@ pub mod openai {
                 ))
             }
         };
-        let calls = calls
+        let made_up: Vec<bool> = calls.iter().map(|c| !has_id(c.get("id"))).collect();
+        let mut calls: Vec<Call> = calls
             .iter()
             .enumerate()
             .map(|(i, c)| call(c, i, names))
             .collect();
+        unclash(&mut calls, &made_up);
         Batch::new(tenant, calls)
     }
 
@@ -296,12 +298,17 @@ pub mod anthropic {
                 ))
             }
         };
-        let calls = blocks
+        let uses: Vec<&Value> = blocks
             .iter()
             .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
+            .collect();
+        let made_up: Vec<bool> = uses.iter().map(|b| !has_id(b.get("id"))).collect();
+        let mut calls: Vec<Call> = uses
+            .iter()
             .enumerate()
             .map(|(i, b)| call(b, i, names))
             .collect();
+        unclash(&mut calls, &made_up);
         Batch::new(tenant, calls)
     }
 
@@ -377,7 +384,11 @@ pub mod mcp {
         let Value::Array(items) = requests else {
             return Err(malformed("", "expected an array of tools/call requests"));
         };
-        let calls = items
+        let made_up: Vec<bool> = items
+            .iter()
+            .map(|r| !matches!(r.get("id"), Some(Value::String(_) | Value::Number(_))))
+            .collect();
+        let mut calls: Vec<Call> = items
             .iter()
             .enumerate()
             .map(|(i, r)| {
@@ -400,6 +411,7 @@ pub mod mcp {
                 }
             })
             .collect();
+        unclash(&mut calls, &made_up);
         Batch::new(tenant, calls)
     }
 
@@ -417,6 +429,32 @@ pub mod mcp {
                 v
             })
             .collect()
+    }
+}
+
+/// Whether a model gave a call an id (a non-empty string).
+fn has_id(id: Option<&Value>) -> bool {
+    id.and_then(Value::as_str).is_some_and(|s| !s.is_empty())
+}
+
+/// Makes the ids Sluice made up (`#N`, for calls the model sent without one) differ from every
+/// other id: a made-up id never collides with a model's own, so such a call fails alone and
+/// never makes the batch a duplicate. A clash gets `#` appended until it is unique.
+fn unclash(calls: &mut [Call], made_up: &[bool]) {
+    let mut taken: std::collections::HashSet<String> = calls
+        .iter()
+        .zip(made_up)
+        .filter(|(_, m)| !**m)
+        .map(|(c, _)| c.id.clone())
+        .collect();
+    for (c, m) in calls.iter_mut().zip(made_up) {
+        if !*m {
+            continue;
+        }
+        while taken.contains(&c.id) {
+            c.id.push('#');
+        }
+        taken.insert(c.id.clone());
     }
 }
 

@@ -347,6 +347,12 @@ impl Serialize for PositiveInt {
 impl<'de> Deserialize<'de> for PositiveInt {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let n = integer_from_json(d)?;
+        if n > i128::from(u64::MAX) {
+            return Err(serde::de::Error::custom(format!(
+                "{n} is larger than Sluice takes: an integer from 1 to {}",
+                u64::MAX
+            )));
+        }
         u64::try_from(n)
             .ok()
             .and_then(PositiveInt::new)
@@ -365,6 +371,10 @@ fn integer_from_json<'de, D: Deserializer<'de>>(d: D) -> Result<i128, D::Error> 
     }
     match n.as_f64() {
         Some(f) if f.fract() == 0.0 && f.abs() < 1e30 => Ok(f as i128),
+        Some(f) if f.fract() == 0.0 => Err(serde::de::Error::custom(format!(
+            "{n} is larger than Sluice takes: an integer from 1 to {}",
+            u64::MAX
+        ))),
         _ => Err(serde::de::Error::custom(format!("{n} is not an integer"))),
     }
 }

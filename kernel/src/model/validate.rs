@@ -119,7 +119,28 @@ pub fn validate(value: &Value, options: ValidateOptions) -> Report {
     report
 }
 
+/// The integers the schema bounds only below (`minimum: 1`) that Sluice holds as 64-bit
+/// unsigned numbers: a larger value passes the schema, so it is refused here, where it is.
+const POSITIVE_INTS: [&str; 3] = ["/limits/memMB", "/limits/cpuMs", "/spec/timeoutMs"];
+
 fn shape(value: &Value, report: &mut Report) {
+    for pointer in POSITIVE_INTS {
+        if let Some(Value::Number(n)) = value.pointer(pointer) {
+            let too_big = n.as_u64().is_none()
+                && n.as_i64().is_none()
+                && n.as_f64()
+                    .is_some_and(|f| f.fract() == 0.0 && f >= 18_446_744_073_709_551_616.0);
+            if too_big {
+                report.errors.push(Diagnostic::new(
+                    pointer,
+                    format!(
+                        "{n} is larger than Sluice takes: an integer from 1 to {}",
+                        u64::MAX
+                    ),
+                ));
+            }
+        }
+    }
     let Some(schema) = manifest_schema() else {
         report.errors.push(Diagnostic::new(
             "",

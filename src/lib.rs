@@ -21,6 +21,9 @@
 //! assert_eq!(plan.graph.waves(), vec![vec![0, 2], vec![1]]);
 //! ```
 
+#[doc(hidden)]
+pub mod fuzzing;
+
 pub use sluice_kernel as kernel;
 pub use sluice_policy as policy;
 pub use sluice_provenance as provenance;

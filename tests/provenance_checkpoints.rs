@@ -116,6 +116,24 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// One `sluice run` of `batch` appending to `log`.
+fn run_on(dir: &Path, log: &Path, batch: &Value) {
+    let r = sluice(
+        &[
+            "run",
+            "--batch",
+            "-",
+            "--root",
+            s(dir),
+            "--provenance",
+            s(log),
+        ],
+        Some(&batch.to_string()),
+        None,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
 /// A log with `n` calls in two turns (writes, then reads of what was written), by `sluice run`.
 fn make_log(dir: &Path, n: usize) -> PathBuf {
     let log = dir.join("log.jsonl");
@@ -128,21 +146,7 @@ fn make_log(dir: &Path, n: usize) -> PathBuf {
                             "input": {"key": format!("k{}", i % 3)}}),
             })
             .collect();
-        let batch = json!({"tenant": "acme", "calls": calls}).to_string();
-        let r = sluice(
-            &[
-                "run",
-                "--batch",
-                "-",
-                "--root",
-                s(dir),
-                "--provenance",
-                s(&log),
-            ],
-            Some(&batch),
-            None,
-        );
-        assert_eq!(r.code, 0, "{}", r.stderr);
+        run_on(dir, &log, &json!({"tenant": "acme", "calls": calls}));
     }
     log
 }
@@ -263,20 +267,7 @@ fn a_checkpoint_verifies_and_truncation_rewriting_forks_and_bad_signatures_do_no
     // The log grows: still fine (the checkpoint covers its first records).
     let more = json!({"tenant": "acme", "calls": [
         {"id": "late", "tool": "sluice.kv.put", "input": {"key": "k0", "value": 1}}]});
-    let r = sluice(
-        &[
-            "run",
-            "--batch",
-            "-",
-            "--root",
-            s(&dir),
-            "--provenance",
-            s(&log),
-        ],
-        Some(&more.to_string()),
-        None,
-    );
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    run_on(&dir, &log, &more);
     assert_eq!(verify_against(&log, &ckpt, &vkey).code, 0);
 
     // Truncated: the tail cut at a line boundary (the chain alone cannot see it).
@@ -436,20 +427,7 @@ print('ok', size)
     // A call appended after the checkpoint is not in its prefix; an unknown call neither.
     let late = json!({"tenant": "acme", "calls": [
         {"id": "late", "tool": "sluice.kv.get", "input": {"key": "k1"}}]});
-    let r = sluice(
-        &[
-            "run",
-            "--batch",
-            "-",
-            "--root",
-            s(&dir),
-            "--provenance",
-            s(&log),
-        ],
-        Some(&late.to_string()),
-        None,
-    );
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    run_on(&dir, &log, &late);
     for call in ["late", "nobody"] {
         let r = sluice(
             &[

@@ -47,35 +47,9 @@ use crate::model::{
     HttpAuthSpec, HttpMethod, HttpRequestBodySpec, HttpToolSpec, Manifest, NetworkPolicy, ToolSpec,
 };
 
-/// Options of the HTTP synthesizer.
-#[derive(Debug, Clone, Copy, Default)]
-#[non_exhaustive]
-pub struct HttpOptions {
-    /// Allow requests to cloud metadata addresses. Default `false`.
-    pub allow_metadata: bool,
-    /// Use the proxy the environment names. Default `false`.
-    pub proxy_from_env: bool,
-}
-
-impl HttpOptions {
-    /// These options, allowing (or not) requests to cloud metadata addresses.
-    pub fn with_allow_metadata(mut self, allow: bool) -> Self {
-        self.allow_metadata = allow;
-        self
-    }
-
-    /// These options, using (or not) the proxy the environment names.
-    pub fn with_proxy_from_env(mut self, proxy: bool) -> Self {
-        self.proxy_from_env = proxy;
-        self
-    }
-
-    fn egress(self) -> EgressOptions {
-        EgressOptions::default()
-            .with_allow_metadata(self.allow_metadata)
-            .with_proxy_from_env(self.proxy_from_env)
-    }
-}
+/// Options of the HTTP synthesizer: where its requests may go ([`EgressOptions`]: metadata
+/// addresses, the environment's proxy).
+pub type HttpOptions = EgressOptions;
 
 /// The response body cap when a tool declares no `limits.memMB`.
 pub const DEFAULT_BODY_CAP: u64 = 16 * 1024 * 1024;
@@ -92,7 +66,7 @@ impl HttpSynthesizer {
     /// redirects, no proxy unless opted in, a resolver that refuses metadata addresses unless
     /// allowed).
     pub fn new(options: HttpOptions) -> Result<Self, String> {
-        let client = egress::client(options.egress())?;
+        let client = egress::client(options)?;
         Ok(HttpSynthesizer { client, options })
     }
 }

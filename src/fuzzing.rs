@@ -74,19 +74,25 @@ fn small_pattern(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// Every string over `{a, b, c}` up to `len` characters.
-fn strings(len: usize) -> Vec<String> {
-    let mut all = vec![String::new()];
-    let mut last = vec![String::new()];
-    for _ in 0..len {
-        let next: Vec<String> = last
-            .iter()
-            .flat_map(|s| ['a', 'b', 'c'].map(|c| format!("{s}{c}")))
-            .collect();
-        all.extend(next.iter().cloned());
-        last = next;
-    }
-    all
+/// Every string over `{a, b, c}` up to `len` (at most 8) characters, made once.
+fn strings(len: usize) -> &'static [String] {
+    static ALL: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let all = ALL.get_or_init(|| {
+        let mut all = vec![String::new()];
+        let mut last = vec![String::new()];
+        for _ in 0..8 {
+            let next: Vec<String> = last
+                .iter()
+                .flat_map(|s| ['a', 'b', 'c'].map(|c| format!("{s}{c}")))
+                .collect();
+            all.extend(next.iter().cloned());
+            last = next;
+        }
+        all
+    });
+    // Sorted by length: the strings of at most `len` characters are a prefix.
+    let count: usize = (0..=len.min(8) as u32).map(|k| 3usize.pow(k)).sum();
+    &all[..count]
 }
 
 /// Overlap is exact and containment never false, against brute force: two patterns of at most

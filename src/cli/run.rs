@@ -199,14 +199,16 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         let _inside = runtime.enter();
         drop(kernel);
     }
-    // Everything the log holds is on disk (and the last checkpoint written) before the answer.
+    // Everything the log holds is on disk before the answer; with the runtime gone no task
+    // holds the log any more, so closing it here also writes the last checkpoint first.
+    let flushed = log.as_ref().map(|log| runtime.block_on(log.flush()));
+    drop(runtime);
     let log_failure = log.and_then(|log| {
-        let flushed = runtime.block_on(log.flush());
         let path = log.path().display().to_string();
         if let Ok(log) = std::sync::Arc::try_unwrap(log) {
             log.close();
         }
-        flushed.err().map(|e| (path, e))
+        flushed.and_then(Result::err).map(|e| (path, e))
     });
     match args.format {
         RunFormat::Json => outln!("{}", serde_json::to_string_pretty(&to_json(&result))?),

@@ -14,7 +14,7 @@
 //! - **Canonical hosts.** An IP address in any spelling — decimal `2130706433`, hex `0x7f000001`,
 //!   octal `0177.0.0.1`, short `127.1`, IPv4-mapped IPv6 `[::ffff:127.0.0.1]` — is compared in its
 //!   canonical form; names compare ASCII case-insensitively, one trailing dot ignored. Allowlist
-//!   entries are read by the same parser.
+//!   entries are read by the same parser ([`canonical_host`]).
 //! - **Metadata, always refused** (unless the embedder opts in): 169.254.0.0/16 (169.254.169.254,
 //!   169.254.170.2), 100.100.100.200, fd00:ec2::254, IPv6 link-local fe80::/10, and the names
 //!   `metadata.google.internal`, `metadata.goog`, `metadata` — as the URL's host in any spelling,
@@ -77,12 +77,6 @@ fn canonical_of(host: &Host<&str>) -> Host<String> {
     canonical(host.to_owned()).unwrap_or(Host::Domain(String::new()))
 }
 
-/// Reads a host written in a manifest (an allowlist entry) as the URL parser would: `None` when
-/// it is not a host at all.
-pub fn parse_host(text: &str) -> Option<Host<String>> {
-    canonical_host(text)
-}
-
 /// Whether a host (as the URL parser read it) names a cloud metadata service.
 pub fn is_metadata_host(host: &Host<&str>) -> bool {
     match canonical_of(host) {
@@ -122,7 +116,7 @@ pub fn check_url(
             let want = canonical_of(&host);
             if hosts
                 .iter()
-                .any(|h| parse_host(h).is_some_and(|h| h == want))
+                .any(|h| canonical_host(h).is_some_and(|h| h == want))
             {
                 Ok(())
             } else {

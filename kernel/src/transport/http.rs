@@ -161,7 +161,7 @@ fn fill(
     Ok(out)
 }
 
-pub use super::egress::{is_metadata_ip, parse_host};
+pub use super::egress::is_metadata_ip;
 
 fn has_header(headers: &[(String, String)], name: &str) -> bool {
     headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name))

@@ -26,7 +26,7 @@ fn the_json_has_every_key_of_cli_md() {
     assert_eq!(v["tenant"], "acme");
     assert_eq!(
         v["calls"][0],
-        json!({"id": "c1", "tool": "sluice.kv.get", "read_only": true,
+        json!({"id": "c1", "tool": "sluice.kv.get", "version": "1.0.0", "read_only": true,
                "accesses": [{"kind": "reads", "resource": "kv:users/42", "mode": "read"}]})
     );
     assert_eq!(v["calls"][2]["read_only"], false);

@@ -80,7 +80,7 @@ async fn anthropic_in_and_out() {
     assert_eq!(batch.calls.len(), 4, "text blocks are ignored");
     let result = k.run(batch).await.unwrap();
     assert_eq!(
-        json!([adapters::anthropic::results(&result)]),
+        json!(adapters::anthropic::results(&result)),
         golden("anthropic-results.json")
     );
     let blocks = golden("anthropic-results.json")[0]["content"].clone();

@@ -68,11 +68,13 @@ pub enum Error {
         /// The errors, with JSON pointers relative to the manifest's source.
         errors: Vec<Diagnostic>,
     },
-    /// Two manifests declare the same tool id.
-    #[error("the tool id `{id}` is defined twice: at {first} and at {second}")]
+    /// Two manifests declare the same tool id and version.
+    #[error("the tool `{id}` version {version} is defined twice: at {first} and at {second}")]
     DuplicateTool {
         /// The id.
         id: String,
+        /// The version both declare.
+        version: String,
         /// Where it was first defined.
         first: String,
         /// Where it was defined again.
@@ -85,6 +87,15 @@ pub enum Error {
         pointer: String,
         /// What is wrong.
         message: String,
+    },
+    /// `--mcp-endpoint` (or [`crate::transport::ToolRegistry::bind_mcp_endpoint`]) cannot bind
+    /// an endpoint to the tool it names.
+    #[error("cannot bind an MCP endpoint to `{tool}`: {why}")]
+    McpBinding {
+        /// The tool as the binding names it (`id` or `id@version`).
+        tool: String,
+        /// Why not.
+        why: String,
     },
     /// A tool has no way to run (no native handler, spec or MCP endpoint it can use) and the
     /// kernel was not told to accept it.

@@ -25,16 +25,45 @@ pub(crate) struct BatchInput {
     /// The directory the built-in fs tools are confined to. Default: the current directory.
     #[arg(long)]
     pub(crate) root: Option<PathBuf>,
+    /// Binds an MCP endpoint to an MCP tool whose manifest names none: `ID=URI` or
+    /// `ID@VERSION=URI`, URI `mcp+stdio://…`, `mcp+http://…` or `mcp+sse://…` (repeatable).
+    #[arg(long = "mcp-endpoint", value_name = "ID=URI")]
+    pub(crate) mcp_endpoint: Vec<String>,
 }
 
 impl BatchInput {
-    /// The built-in tools (fs confined to the root) and the manifests under `--tools`.
+    /// The built-in tools (fs confined to the root) and the manifests under `--tools`, with the
+    /// `--mcp-endpoint` bindings.
     pub(crate) fn registry(&self) -> anyhow::Result<ToolRegistry> {
-        load_tools(&self.tools, self.root.as_deref(), KvStore::new())
+        let mut registry = load_tools(&self.tools, self.root.as_deref(), KvStore::new())?;
+        bind_endpoints(&mut registry, &self.mcp_endpoint)?;
+        Ok(registry)
     }
 }
 
-/// The built-in tools (fs tools confined to `root`) plus every manifest under `paths`.
+/// Applies `--mcp-endpoint ID=URI` bindings.
+pub(crate) fn bind_endpoints(
+    registry: &mut ToolRegistry,
+    bindings: &[String],
+) -> anyhow::Result<()> {
+    for b in bindings {
+        let Some((id, uri)) = b.split_once('=') else {
+            return Err(Failure {
+                code: 2,
+                message: format!(
+                    "`--mcp-endpoint {b}`: expected ID=URI, e.g. \
+                     acme.weather=mcp+stdio://weather-server"
+                ),
+            }
+            .into());
+        };
+        registry.bind_mcp_endpoint(id.trim(), uri.trim())?;
+    }
+    Ok(())
+}
+
+/// The built-in tools (fs tools confined to `root`) plus every manifest under `paths`. A manifest
+/// may not take a built-in tool's id, in any version (it would become `sluice.…`'s highest).
 pub(crate) fn load_tools(
     paths: &[PathBuf],
     root: Option<&Path>,
@@ -48,8 +77,22 @@ pub(crate) fn load_tools(
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
     let mut registry = builtin::registry(BuiltinConfig::new(root).with_kv(kv))?;
+    let builtins: Vec<String> = registry.iter().map(|t| t.id().to_owned()).collect();
     for path in paths {
         for raw in read_manifests(path)? {
+            if let Some(id) = raw.value.get("id").and_then(Value::as_str) {
+                if builtins.iter().any(|b| b == id) {
+                    return Err(Failure {
+                        code: 1,
+                        message: format!(
+                            "the manifest at {} takes the id `{id}`, a built-in tool's: \
+                             choose another id",
+                            raw.source
+                        ),
+                    }
+                    .into());
+                }
+            }
             registry.insert_raw(raw)?;
         }
     }

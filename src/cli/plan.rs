@@ -83,6 +83,7 @@ pub(crate) fn to_json(plan: &Plan, auth: Option<&[Authorization]>) -> Value {
                 })
                 .collect();
             let mut v = json!({"id": c.call.id, "tool": c.call.tool,
+                               "version": c.tool.as_ref().map(|t| t.manifest().version.as_str()),
                                "read_only": c.is_read_only(), "accesses": accesses});
             if let Some(a) = auth.and_then(|a| a.get(i)) {
                 v["authorization"] = json!({"decision": a.decision.as_str(), "by": a.by});

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use serde_json::{json, Value};
-use sluice::kernel::adapters::{self, ToolNames};
+use sluice::kernel::adapters::{strip_optional_nulls, Api, IngestOptions, ToolNames};
 use sluice::kernel::authorize::{ApproveAll, RejectAll};
 use sluice::kernel::run::{Kernel, OnFailure};
 #[cfg(feature = "mcp")]
@@ -15,6 +15,7 @@ use sluice::kernel::transport::http::{HttpOptions, HttpSynthesizer};
 #[cfg(feature = "mcp")]
 use sluice::kernel::transport::mcp::McpOptions;
 use sluice::kernel::transport::EnvSecrets;
+use sluice::kernel::transport::ToolRegistry;
 use sluice::kernel::{BatchResult, CallResult};
 use sluice::provenance::{CheckpointOptions, Durability, LogOptions};
 
@@ -26,13 +27,19 @@ pub(crate) struct Args {
     /// the batch, and the fs tools' root.
     #[command(flatten)]
     input: BatchInput,
-    /// The batch's shape: Sluice's own, or a model's response (`openai`: an assistant message or
-    /// its `tool_calls`; `anthropic`: an assistant message or its content array).
+    /// The batch's shape: Sluice's own, or a model's response (docs/cli.md lists what each
+    /// takes): `openai` (a ChatCompletion, an assistant message or its `tool_calls`),
+    /// `openai-responses` (a Response or its `output` items), `anthropic` (a Message, an
+    /// assistant message or its content), `gemini` (a GenerateContentResponse, a Content or its
+    /// parts), `mcp` (an array of tools/call requests).
     #[arg(long, value_enum, default_value = "sluice")]
     batch_format: BatchFormat,
-    /// The tenant of an `openai` or `anthropic` batch.
+    /// The tenant of a model-API batch.
     #[arg(long, default_value = "default")]
     tenant: String,
+    /// Which choice of a ChatCompletion (or candidate of a Gemini response) holds the calls.
+    #[arg(long, default_value_t = 0)]
+    choice: usize,
     /// A policy document: every access is authorized per tenant. Without it, every access is
     /// allowed and nothing asks.
     #[arg(long)]
@@ -97,7 +104,23 @@ enum ApproveMode {
 enum BatchFormat {
     Sluice,
     Openai,
+    OpenaiResponses,
     Anthropic,
+    Gemini,
+    Mcp,
+}
+
+impl BatchFormat {
+    fn api(self) -> Option<Api> {
+        match self {
+            BatchFormat::Sluice => None,
+            BatchFormat::Openai => Some(Api::Openai),
+            BatchFormat::OpenaiResponses => Some(Api::OpenaiResponses),
+            BatchFormat::Anthropic => Some(Api::Anthropic),
+            BatchFormat::Gemini => Some(Api::Gemini),
+            BatchFormat::Mcp => Some(Api::Mcp),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -106,8 +129,29 @@ enum RunFormat {
     Text,
     /// The OpenAI `tool` role messages to send back (a JSON array).
     Openai,
-    /// The Anthropic `user` message of `tool_result` blocks to send back (a JSON array of one).
+    /// The OpenAI Responses `function_call_output` items to send back (a JSON array).
+    OpenaiResponses,
+    /// The Anthropic `user` message of `tool_result` blocks to send back (a JSON array of one,
+    /// or empty when nothing ran).
     Anthropic,
+    /// The Gemini `user` Content of `functionResponse` parts to send back (a JSON array of one,
+    /// or empty when nothing ran).
+    Gemini,
+    /// The MCP `tools/call` results (a JSON array).
+    Mcp,
+}
+
+impl RunFormat {
+    fn api(self) -> Option<Api> {
+        match self {
+            RunFormat::Json | RunFormat::Text => None,
+            RunFormat::Openai => Some(Api::Openai),
+            RunFormat::OpenaiResponses => Some(Api::OpenaiResponses),
+            RunFormat::Anthropic => Some(Api::Anthropic),
+            RunFormat::Gemini => Some(Api::Gemini),
+            RunFormat::Mcp => Some(Api::Mcp),
+        }
+    }
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -117,15 +161,17 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .map(super::policy::load)
         .transpose()?;
     let registry = args.input.registry()?;
-    let batch = match args.batch_format {
-        BatchFormat::Sluice => read_batch(&args.input.batch)?,
-        format => {
+    let names = ToolNames::new(&registry)?;
+    let batch = match args.batch_format.api() {
+        None => read_batch(&args.input.batch)?,
+        Some(api) => {
             let doc = super::common::read_json_arg(&args.input.batch)?;
-            let names = ToolNames::new(&registry)?;
-            match format {
-                BatchFormat::Openai => adapters::openai::batch(&args.tenant, &doc, &names)?,
-                _ => adapters::anthropic::batch(&args.tenant, &doc, &names)?,
+            let options = IngestOptions::default().with_choice(args.choice);
+            let mut batch = api.batch(&args.tenant, &doc, &names, &options)?;
+            if matches!(api, Api::Openai | Api::OpenaiResponses) {
+                absent_for_null(&mut batch, &registry);
             }
+            batch
         }
     };
     // `needsSpec.env` values come from this process's environment, by the declared name.
@@ -210,17 +256,19 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         flushed.and_then(Result::err).map(|e| (path, e))
     });
-    match args.format {
-        RunFormat::Json => outln!("{}", serde_json::to_string_pretty(&to_json(&result))?),
-        RunFormat::Text => out!("{}", to_text(&result)),
-        RunFormat::Openai => outln!(
-            "{}",
-            serde_json::to_string_pretty(&adapters::openai::results(&result))?
-        ),
-        RunFormat::Anthropic => outln!(
-            "{}",
-            serde_json::to_string_pretty(&vec![adapters::anthropic::results(&result)])?
-        ),
+    match (args.format, args.format.api()) {
+        (_, Some(api)) => {
+            let reply = api.results(&result.results, &names);
+            if reply.is_empty() {
+                eprintln!(
+                    "sluice: the model called no tool: there is nothing to send back (an empty \
+                     list of messages)"
+                );
+            }
+            outln!("{}", serde_json::to_string_pretty(&reply)?)
+        }
+        (RunFormat::Text, None) => out!("{}", to_text(&result)),
+        (_, None) => outln!("{}", serde_json::to_string_pretty(&to_json(&result))?),
     }
     // The batch ran and is printed; a log that could not keep it is still a failure (exit 1).
     let unrecorded: Vec<&str> = result
@@ -262,6 +310,8 @@ pub(crate) fn ms(d: Duration) -> f64 {
 fn result_json(r: &CallResult) -> Value {
     let mut v = json!({
         "id": r.id,
+        "tool": r.tool,
+        "version": r.version,
         "status": r.status.as_str(),
         "output": r.output,
         "error": r.error.as_ref().map(|e| json!({"code": e.code, "message": e.message})),
@@ -272,6 +322,25 @@ fn result_json(r: &CallResult) -> Value {
         v["recorded"] = json!(recorded);
     }
     v
+}
+
+/// A `null` an OpenAI model gave for an optional property that does not take `null` is how
+/// strict mode says "absent": read so, when that makes the input valid (otherwise the input is
+/// left as it came, for the schema check to name).
+fn absent_for_null(batch: &mut sluice::kernel::Batch, registry: &ToolRegistry) {
+    for call in &mut batch.calls {
+        let Some(tool) = registry.get(&call.tool) else {
+            continue;
+        };
+        if tool.check_input(&call.input).is_ok() {
+            continue;
+        }
+        let mut input = call.input.clone();
+        strip_optional_nulls(&mut input, &Value::Object(tool.manifest().input.clone()));
+        if tool.check_input(&input).is_ok() {
+            call.input = input;
+        }
+    }
 }
 
 /// The batch result as cli.md's JSON.

@@ -9,6 +9,7 @@ use sluice::kernel::builtin::{self, BuiltinConfig};
 use sluice::kernel::model::{
     read_manifests, validate, Diagnostic, ManifestSource, ValidateOptions,
 };
+use sluice::kernel::transport::Version;
 
 use super::TextOrJson;
 
@@ -28,6 +29,7 @@ pub(crate) struct Args {
 struct Entry {
     source: ManifestSource,
     id: Option<String>,
+    version: Option<Version>,
     errors: Vec<Diagnostic>,
     warnings: Vec<Diagnostic>,
 }
@@ -45,6 +47,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                         pointer: String::new(),
                     },
                     id: None,
+                    version: None,
                     errors: vec![Diagnostic::new("", format!("not JSON: {message}"))],
                     warnings: Vec::new(),
                 });
@@ -63,6 +66,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                     .get("id")
                     .and_then(Value::as_str)
                     .map(str::to_owned),
+                version: raw
+                    .value
+                    .get("version")
+                    .and_then(Value::as_str)
+                    .and_then(Version::parse),
                 errors: report.errors.into_iter().map(prefix).collect(),
                 warnings: report.warnings.into_iter().map(prefix).collect(),
                 source: raw.source,
@@ -134,24 +142,40 @@ fn pointer_text(p: &str) -> &str {
     }
 }
 
-/// The same tool id in two places is an error on the later one, naming the first; so is the id
-/// of a built-in tool, which `plan` and `run` always register.
+/// The same tool (id and version) in two places is an error on the later one, naming the first;
+/// so is the id of a built-in tool in any version, which `plan` and `run` always register. One id
+/// in several versions is fine: a call names `id` (the highest) or `id@version`.
 fn flag_duplicate_ids(entries: &mut [Entry]) {
-    let mut first: HashMap<String, String> = HashMap::new();
+    let mut builtins: HashMap<String, ()> = HashMap::new();
     if let Ok(tools) = builtin::tools(BuiltinConfig::default()) {
         for t in tools {
-            first.insert(t.id().to_owned(), "a built-in tool".to_owned());
+            builtins.insert(t.id().to_owned(), ());
         }
     }
+    let mut first: HashMap<(String, Option<Version>), String> = HashMap::new();
     for e in entries.iter_mut() {
         let Some(id) = e.id.clone() else { continue };
-        match first.get(&id) {
+        if builtins.contains_key(&id) {
+            e.errors.push(Diagnostic::new(
+                format!("{}/id", e.source.pointer),
+                format!("the tool id `{id}` is a built-in tool's: choose another id"),
+            ));
+            continue;
+        }
+        let key = (id, e.version.clone());
+        match first.get(&key) {
             Some(other) => e.errors.push(Diagnostic::new(
                 format!("{}/id", e.source.pointer),
-                format!("the tool id `{id}` is also defined at {other}"),
+                match &key.1 {
+                    Some(v) => format!(
+                        "the tool `{}` version {v} is also defined at {other}",
+                        key.0
+                    ),
+                    None => format!("the tool id `{}` is also defined at {other}", key.0),
+                },
             )),
             None => {
-                first.insert(id, e.source.to_string());
+                first.insert(key, e.source.to_string());
             }
         }
     }

@@ -41,7 +41,15 @@ impl fmt::Display for TemplateSyntaxError {
 impl std::error::Error for TemplateSyntaxError {}
 
 impl TextTemplate {
-    /// Parses `{name}` placeholders; a `{` that does not open one, or a lone `}`, is an error.
+    /// Parses `{name}` placeholders (name: word characters). A brace that opens no placeholder
+    /// is a literal character, so `{"q": "{q}"}` substitutes `q` and keeps the rest.
+    ///
+    /// ```
+    /// use sluice_kernel::model::{TextPart, TextTemplate};
+    /// let t = TextTemplate::parse(r#"{"q": "{q}"}"#).unwrap();
+    /// assert_eq!(t.placeholders(), ["q"]);
+    /// assert_eq!(t.parts()[0], TextPart::Lit(r#"{"q": ""#.into()));
+    /// ```
     pub fn parse(text: &str) -> Result<Self, TemplateSyntaxError> {
         Ok(TextTemplate {
             parts: scan(text, false)?,
@@ -113,6 +121,20 @@ pub(crate) fn scan(text: &str, escapes: bool) -> Result<Vec<TextPart>, TemplateS
                     ))
                 }
             },
+            '{' if !escapes => match placeholder_at(&text[at + 1..]) {
+                // A brace that opens no `{name}` is a literal character (a text body may be
+                // JSON); so is a lone `}`.
+                Some(name) => {
+                    for _ in 0..=name.len() {
+                        it.next();
+                    }
+                    if !lit.is_empty() {
+                        parts.push(TextPart::Lit(std::mem::take(&mut lit)));
+                    }
+                    parts.push(TextPart::Var(name.to_owned()));
+                }
+                None => lit.push('{'),
+            },
             '{' => {
                 let mut name = String::new();
                 let mut closed = false;
@@ -143,7 +165,7 @@ pub(crate) fn scan(text: &str, escapes: bool) -> Result<Vec<TextPart>, TemplateS
                 }
                 parts.push(TextPart::Var(name));
             }
-            '}' => return Err(err(at, hint("a `}` closes no placeholder"))),
+            '}' if escapes => return Err(err(at, hint("a `}` closes no placeholder"))),
             c => lit.push(c),
         }
     }
@@ -151,6 +173,13 @@ pub(crate) fn scan(text: &str, escapes: bool) -> Result<Vec<TextPart>, TemplateS
         parts.push(TextPart::Lit(lit));
     }
     Ok(parts)
+}
+
+/// The name of the `{name}` placeholder `rest` starts with (`rest` follows a `{`): one or more
+/// word characters (ASCII letters, digits, `_`) and a `}`.
+fn placeholder_at(rest: &str) -> Option<&str> {
+    let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))?;
+    (end > 0 && rest[end..].starts_with('}')).then(|| &rest[..end])
 }
 
 /// A URL template whose scheme, host and port are fixed — and read the same way by these rules
@@ -359,8 +388,19 @@ mod tests {
         assert!(UrlTemplate::parse("http://x:{p}/").is_err());
         assert!(UrlTemplate::parse("http:///path").is_err());
         assert!(UrlTemplate::parse("http://x:99999/").is_err());
-        assert!(UrlTemplate::parse("http://x/{a b}").is_err());
-        assert!(UrlTemplate::parse("http://x/}").is_err());
+        // A brace that opens no `{name}` is a literal character.
+        for literal in [
+            "http://x/{a b}",
+            "http://x/}",
+            "http://x/{}",
+            "http://x/?q={\"a\":1}",
+        ] {
+            let t = UrlTemplate::parse(literal).unwrap();
+            assert!(t.template().placeholders().is_empty(), "{literal}");
+        }
+        let t = UrlTemplate::parse("http://x/{{id}}").unwrap();
+        assert_eq!(t.template().placeholders(), ["id"]);
+        assert_eq!(t.template().parts()[0], TextPart::Lit("http://x/{".into()));
         assert_eq!(
             UrlTemplate::parse("HTTPS://Example.com/{id}")
                 .unwrap()

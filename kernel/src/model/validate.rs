@@ -12,11 +12,12 @@
 //!    (Draft 2020-12, or what an MCP tool's `$schema` declares; no network fetch ever happens);
 //!    URL templates (http or https, a host, no placeholder in scheme, userinfo, host or port,
 //!    placeholders `{word}`); header values and text bodies well formed (no CR or LF in a
-//!    header); resource templates well formed; `transport: mcp` needs an `mcpEndpoint` whose
-//!    command line splits; `transport: native` and `transport: mcp` carry no `spec`; `spec` and
-//!    `codeArtifactRef` never together; `successStatus.min <= max`; env, secret and config
-//!    schemas compile.
-//! 3. **Lints** (warnings; some become errors under `production`): a tool that is not read-only
+//!    header); resource templates well formed; an `mcpEndpoint`'s command line splits;
+//!    `transport: mcp` carries no `spec`; `spec` and `codeArtifactRef` never together;
+//!    `successStatus.min <= max`; env, secret and config schemas use only Draft 2020-12
+//!    keywords and compile; an env `default` is a string.
+//! 3. **Lints** (warnings; some become errors under `production`): `transport: mcp` without an
+//!    `mcpEndpoint` (bound at deployment); a tool that is not read-only
 //!    but declares no changing effect; `mutating: false` with a changing effect; a placeholder the
 //!    input schema does not declare; a `filesystem` codeArtifactRef (an error in production); an
 //!    artifactVersion not like `YYYYMMDD.N`; an empty allowlist; `network: none` on a tool that
@@ -294,6 +295,35 @@ impl Findings<'_> {
         }
     }
 
+    /// A warning for each `{…}` that looks like a placeholder but is not one (its name holds a
+    /// character that is not a word character, such as `{user-id}`): it is sent as literal text.
+    fn literal_braces(&mut self, pointer: &str, text: &str) {
+        let mut rest = text;
+        while let Some(open) = rest.find('{') {
+            let after = &rest[open + 1..];
+            let Some(close) = after.find(['{', '}']) else {
+                break;
+            };
+            let inner = &after[..close];
+            let looks_like_name = after[close..].starts_with('}')
+                && !inner.is_empty()
+                && !inner.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && inner
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '$'));
+            if looks_like_name {
+                self.warnings.push(Diagnostic::new(
+                    pointer,
+                    format!(
+                        "`{{{inner}}}` is literal text, not a placeholder: placeholder names \
+                         are word characters (letters, digits, `_`)"
+                    ),
+                ));
+            }
+            rest = &after[close..];
+        }
+    }
+
     /// The input and output schemas compile in their dialect.
     fn schemas(&mut self) {
         let m = self.m;
@@ -334,9 +364,12 @@ impl Findings<'_> {
         let m = self.m;
         let transport = m.transport();
         if transport == Transport::Mcp && m.mcp_endpoint.is_none() {
-            self.errors.push(Diagnostic::new(
+            // The endpoint is a deployment concern (tool-schema 1.1.0, compatibility): valid,
+            // and its calls end `no-handler` until one is bound.
+            self.warnings.push(Diagnostic::new(
                 "/transport",
-                "`transport: mcp` needs an `mcpEndpoint` (mcp+stdio://, mcp+http:// or mcp+sse://)",
+                "`transport: mcp` without an `mcpEndpoint`: bind one at deployment \
+                 (`--mcp-endpoint ID=URI`), or its calls end `no-handler`",
             ));
         }
         if let Some(endpoint) = &m.mcp_endpoint {
@@ -352,17 +385,12 @@ impl Findings<'_> {
             }
         }
         if m.spec.is_some() {
-            match transport {
-                Transport::Native => self.errors.push(Diagnostic::new(
-                    "/spec",
-                    "`transport: native` cannot carry a `spec`: a native tool is carried out by a \
-                     handler registered in code",
-                )),
-                Transport::Mcp => self.errors.push(Diagnostic::new(
+            // `spec` with `transport: native` is valid: the spec's handler runs in process.
+            if transport == Transport::Mcp {
+                self.errors.push(Diagnostic::new(
                     "/spec",
                     "`transport: mcp` cannot carry a `spec`: the MCP server carries the tool out",
-                )),
-                Transport::Auto => {}
+                ));
             }
             if m.code_artifact_ref.is_some() {
                 self.errors.push(Diagnostic::new(
@@ -376,7 +404,10 @@ impl Findings<'_> {
     /// The HTTP spec: URL template, headers, body template, success range, auth header.
     fn http_spec(&mut self, http: &HttpToolSpec) {
         match UrlTemplate::parse(&http.url_template) {
-            Ok(u) => self.undeclared("/spec/urlTemplate".into(), u.template().placeholders()),
+            Ok(u) => {
+                self.undeclared("/spec/urlTemplate".into(), u.template().placeholders());
+                self.literal_braces("/spec/urlTemplate", &http.url_template);
+            }
             Err(err) => self.errors.push(Diagnostic::new(
                 "/spec/urlTemplate",
                 format!("the URL template `{}` {err}", http.url_template.as_str()),
@@ -397,7 +428,10 @@ impl Findings<'_> {
                 ));
             }
             match TextTemplate::parse(&h.value) {
-                Ok(t) => self.undeclared(format!("{pointer}/value"), t.placeholders()),
+                Ok(t) => {
+                    self.undeclared(format!("{pointer}/value"), t.placeholders());
+                    self.literal_braces(&format!("{pointer}/value"), &h.value);
+                }
                 Err(err) => self.errors.push(Diagnostic::new(
                     format!("{pointer}/value"),
                     format!("the header value template is not well formed {err}"),
@@ -406,7 +440,10 @@ impl Findings<'_> {
         }
         if let Some(HttpRequestBodySpec::Text { template }) = &http.request_body {
             match TextTemplate::parse(template) {
-                Ok(t) => self.undeclared("/spec/requestBody/template".into(), t.placeholders()),
+                Ok(t) => {
+                    self.undeclared("/spec/requestBody/template".into(), t.placeholders());
+                    self.literal_braces("/spec/requestBody/template", template);
+                }
                 Err(err) => self.errors.push(Diagnostic::new(
                     "/spec/requestBody/template",
                     format!("the body template is not well formed {err}"),
@@ -436,7 +473,8 @@ impl Findings<'_> {
         }
     }
 
-    /// The `needsSpec` schemas compile.
+    /// The `needsSpec` schemas compile strictly (every keyword known to Draft 2020-12, as the
+    /// reference SDK compiles them), and an env entry's `default` is a string.
     fn needs_spec(&mut self) {
         let m = self.m;
         if let Some(ns) = &m.needs_spec {
@@ -446,12 +484,34 @@ impl Findings<'_> {
                 ("config", &ns.config),
             ] {
                 for (name, schema) in map.iter().flatten() {
+                    let pointer = format!("/needsSpec/{field}/{}", escape_pointer(name));
+                    if field == "env" {
+                        if let Some(d) = schema.get("default").filter(|d| !d.is_string()) {
+                            self.errors.push(Diagnostic::new(
+                                format!("{pointer}/default"),
+                                format!(
+                                    "the default of `{name}` is {d}: an env value is a string, \
+                                     never coerced, so its default must be a string"
+                                ),
+                            ));
+                        }
+                    }
+                    if let Some((at, key)) = unknown_keyword(schema, &pointer) {
+                        self.errors.push(Diagnostic::new(
+                            at,
+                            format!(
+                                "the schema of `{name}` uses `{key}`, which is no keyword of \
+                                 JSON Schema Draft 2020-12 (needsSpec schemas compile strictly)"
+                            ),
+                        ));
+                        continue;
+                    }
                     if let Err(e) = jsonschema::options()
                         .with_draft(jsonschema::Draft::Draft202012)
                         .build(&Value::Object(schema.clone()))
                     {
                         self.errors.push(Diagnostic::new(
-                            format!("/needsSpec/{field}/{}", escape_pointer(name)),
+                            pointer,
                             format!("the schema of `{name}` does not compile: {e}"),
                         ));
                     }
@@ -560,6 +620,114 @@ impl Findings<'_> {
             _ => {}
         }
     }
+}
+
+/// The keywords of JSON Schema Draft 2020-12 (core, applicator, unevaluated, validation,
+/// meta-data, format and content vocabularies).
+const KEYWORDS_2020_12: &[&str] = &[
+    "$schema",
+    "$id",
+    "$ref",
+    "$anchor",
+    "$dynamicRef",
+    "$dynamicAnchor",
+    "$vocabulary",
+    "$comment",
+    "$defs",
+    "definitions",
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "dependentSchemas",
+    "prefixItems",
+    "items",
+    "contains",
+    "properties",
+    "patternProperties",
+    "additionalProperties",
+    "propertyNames",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "type",
+    "const",
+    "enum",
+    "multipleOf",
+    "maximum",
+    "exclusiveMaximum",
+    "minimum",
+    "exclusiveMinimum",
+    "maxLength",
+    "minLength",
+    "pattern",
+    "maxItems",
+    "minItems",
+    "uniqueItems",
+    "maxContains",
+    "minContains",
+    "maxProperties",
+    "minProperties",
+    "required",
+    "dependentRequired",
+    "title",
+    "description",
+    "default",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "examples",
+    "format",
+    "contentEncoding",
+    "contentMediaType",
+    "contentSchema",
+];
+
+/// The first keyword of `schema` (or of a subschema in it) that Draft 2020-12 does not define,
+/// with its JSON pointer.
+fn unknown_keyword(schema: &Map<String, Value>, pointer: &str) -> Option<(String, String)> {
+    for (key, value) in schema {
+        let at = format!("{pointer}/{}", escape_pointer(key));
+        if !KEYWORDS_2020_12.contains(&key.as_str()) {
+            return Some((at, key.clone()));
+        }
+        let found = match (key.as_str(), value) {
+            (
+                "$defs" | "definitions" | "properties" | "patternProperties" | "dependentSchemas",
+                Value::Object(map),
+            ) => map.iter().find_map(|(k, v)| {
+                v.as_object()
+                    .and_then(|s| unknown_keyword(s, &format!("{at}/{}", escape_pointer(k))))
+            }),
+            ("allOf" | "anyOf" | "oneOf" | "prefixItems", Value::Array(list)) => {
+                list.iter().enumerate().find_map(|(i, v)| {
+                    v.as_object()
+                        .and_then(|s| unknown_keyword(s, &format!("{at}/{i}")))
+                })
+            }
+            (
+                "not"
+                | "if"
+                | "then"
+                | "else"
+                | "items"
+                | "contains"
+                | "additionalProperties"
+                | "propertyNames"
+                | "unevaluatedItems"
+                | "unevaluatedProperties"
+                | "contentSchema",
+                Value::Object(s),
+            ) => unknown_keyword(s, &at),
+            _ => None,
+        };
+        if found.is_some() {
+            return found;
+        }
+    }
+    None
 }
 
 fn is_header_name_byte(b: u8) -> bool {

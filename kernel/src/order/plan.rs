@@ -59,7 +59,7 @@ impl Rejection {
 /// A call resolved, checked and with its accesses computed.
 #[derive(Debug, Clone)]
 pub struct PreparedCall {
-    /// The call as submitted.
+    /// The call as submitted, its `tool` the registered id when `id@version` named it.
     pub call: Call,
     /// Its tool, when registered.
     pub tool: Option<Arc<Tool>>,
@@ -88,6 +88,12 @@ impl PreparedCall {
                 rejection: Some(Rejection::UnknownTool),
             };
         };
+        // `id@version` names the tool by its id from here on (policy, approvals, caps and
+        // provenance see the id; the version travels with the tool).
+        let mut call = call;
+        if call.tool != tool.id() {
+            call.tool = tool.id().to_owned();
+        }
         // A panic here (a normalizer is the embedder's code) refuses this call alone; the
         // submitter, and every call already accepted, carry on.
         let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -124,6 +124,11 @@ pub(crate) fn begin(job: CallJob, outcome: Outcome, edges: Vec<EdgeRecord>) -> R
         result: CallResult {
             id: job.prepared.call.id,
             tool: job.prepared.call.tool,
+            version: job
+                .prepared
+                .tool
+                .as_ref()
+                .map(|t| t.manifest().version.to_string()),
             status: outcome.status,
             output: outcome.output,
             error,

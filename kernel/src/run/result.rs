@@ -12,6 +12,8 @@ pub struct CallResult {
     pub id: String,
     /// The tool id.
     pub tool: String,
+    /// The version of the tool that was called (`None` when no registered tool matched).
+    pub version: Option<String>,
     /// How it ended.
     pub status: Status,
     /// The output, for `ok`.

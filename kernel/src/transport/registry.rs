@@ -2,9 +2,10 @@
 //!
 //! Takes in: manifests (as JSON from [`crate::model::read_manifests`], or parsed) and, for native tools, their
 //! handlers. Hands on: [`Tool`]s by id — each with its input and output schemas compiled once,
-//! its [`AccessPlan`], and where it came from — for planning and dispatch. Registration refuses an
-//! invalid manifest (with every error and its JSON pointer) and a second tool with an id already
-//! taken (naming both places).
+//! its [`AccessPlan`], and where it came from — for planning and dispatch. One id may have several
+//! versions; a call names `id` (the highest by semver precedence) or `id@version`. Registration
+//! refuses an invalid manifest (with every error and its JSON pointer) and a second tool with an
+//! (id, version) already taken (naming both places).
 
 use hashbrown::HashMap;
 use std::fmt;
@@ -169,11 +170,97 @@ fn invalid(source: &ManifestSource, errors: Vec<Diagnostic>) -> Error {
     }
 }
 
-/// The registered tools, by id, in registration order.
+/// A version `MAJOR.MINOR.PATCH` as semver precedence orders it: each part numerically, however
+/// many digits it has (leading zeros do not count: `01.2.3` is `1.2.3`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Version([String; 3]);
+
+impl Version {
+    /// Reads `MAJOR.MINOR.PATCH` (digits only); `None` for anything else.
+    ///
+    /// ```
+    /// use sluice_kernel::transport::Version;
+    /// let v = |s| Version::parse(s).unwrap();
+    /// assert!(v("1.10.0") > v("1.9.7"));
+    /// assert!(v("10.0.0") > v("9.99.99"));
+    /// assert_eq!(v("01.2.3"), v("1.2.3"));
+    /// assert!(Version::parse("1.2").is_none());
+    /// ```
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut parts = text.split('.');
+        let mut out: [String; 3] = Default::default();
+        for slot in &mut out {
+            let p = parts.next()?;
+            if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            let trimmed = p.trim_start_matches('0');
+            *slot = if trimmed.is_empty() { "0" } else { trimmed }.to_owned();
+        }
+        parts.next().is_none().then_some(Version(out))
+    }
+}
+
+impl Ord for Version {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0
+            .iter()
+            .zip(&other.0)
+            .map(|(a, b)| a.len().cmp(&b.len()).then_with(|| a.cmp(b)))
+            .find(|o| o.is_ne())
+            .unwrap_or(std::cmp::Ordering::Equal)
+    }
+}
+
+impl PartialOrd for Version {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.0[0], self.0[1], self.0[2])
+    }
+}
+
+/// The registered tools, by id and version, in registration order.
+///
+/// One id may have several versions. A call names a tool as `id` (the highest version by semver
+/// precedence) or `id@version` (exactly that one):
+///
+/// ```
+/// use sluice_kernel::transport::{Tool, ToolRegistry};
+/// use sluice_kernel::model::{Manifest, ManifestSource};
+/// let tool = |v: &str| {
+///     let m = Manifest::from_value(serde_json::json!({"id": "acme.t", "description": "d",
+///         "version": v, "input": {}, "output": {}})).unwrap();
+///     Tool::new(m, ManifestSource::built_in(), None).unwrap()
+/// };
+/// let mut registry = ToolRegistry::new();
+/// for v in ["1.2.0", "1.10.0", "1.9.0"] {
+///     registry.insert(tool(v)).unwrap();
+/// }
+/// assert_eq!(registry.get("acme.t").unwrap().manifest().version.as_str(), "1.10.0");
+/// assert_eq!(registry.get("acme.t@1.2.0").unwrap().manifest().version.as_str(), "1.2.0");
+/// assert!(registry.get("acme.t@2.0.0").is_none());
+/// assert!(registry.insert(tool("1.9.0")).is_err()); // the same (id, version) twice
+/// ```
 #[derive(Debug, Default, Clone)]
 pub struct ToolRegistry {
-    tools: HashMap<String, Arc<Tool>>,
-    order: Vec<String>,
+    /// By (id, version).
+    tools: HashMap<(String, Version), Arc<Tool>>,
+    /// Each id's highest version.
+    latest: HashMap<String, Version>,
+    /// (id, version) in registration order.
+    order: Vec<(String, Version)>,
+}
+
+/// The registry key of a tool: its id and its version read for precedence.
+fn key_of(tool: &Tool) -> (String, Version) {
+    let v = Version::parse(tool.manifest().version.as_str())
+        .unwrap_or_else(|| Version(Default::default()));
+    (tool.id().to_owned(), v)
 }
 
 impl ToolRegistry {
@@ -182,23 +269,31 @@ impl ToolRegistry {
         Self::default()
     }
 
-    /// Registers a compiled tool; refuses an id already taken, naming both places.
+    /// Registers a compiled tool; refuses an (id, version) already taken, naming both places.
     pub fn insert(&mut self, tool: Tool) -> Result<()> {
         self.insert_arc(Arc::new(tool))
     }
 
     /// Registers a shared compiled tool, as [`ToolRegistry::insert`] does.
     pub fn insert_arc(&mut self, tool: Arc<Tool>) -> Result<()> {
-        let id = tool.id().to_owned();
-        if let Some(existing) = self.tools.get(&id) {
+        let key = key_of(&tool);
+        if let Some(existing) = self.tools.get(&key) {
             return Err(Error::DuplicateTool {
-                id,
+                id: key.0,
+                version: tool.manifest().version.to_string(),
                 first: existing.source().to_string(),
                 second: tool.source().to_string(),
             });
         }
-        self.order.push(id.clone());
-        self.tools.insert(id, tool);
+        match self.latest.get_mut(&key.0) {
+            Some(v) if *v >= key.1 => {}
+            Some(v) => *v = key.1.clone(),
+            None => {
+                self.latest.insert(key.0.clone(), key.1.clone());
+            }
+        }
+        self.order.push(key.clone());
+        self.tools.insert(key, tool);
         Ok(())
     }
 
@@ -211,17 +306,107 @@ impl ToolRegistry {
         }
     }
 
-    /// The tool with this id.
-    pub fn get(&self, id: &str) -> Option<&Arc<Tool>> {
-        self.tools.get(id)
+    /// Binds an MCP endpoint (`mcp+stdio://…`, `mcp+http://…`, `mcp+sse://…`) to the MCP tool
+    /// `name` names: `id` (every version of it that has no endpoint) or `id@version`. A manifest
+    /// with `transport: mcp` and no `mcpEndpoint` is valid, its endpoint being a deployment
+    /// concern; this is the deployment. Refuses an unknown tool, a tool that is not
+    /// `transport: mcp`, one whose manifest already names an endpoint (a binding fills a gap, it
+    /// never redirects a tool), and an endpoint that does not parse. Returns how many versions
+    /// it bound.
+    pub fn bind_mcp_endpoint(&mut self, name: &str, endpoint: &str) -> Result<usize> {
+        let refuse = |why: String| Error::McpBinding {
+            tool: name.to_owned(),
+            why,
+        };
+        let parsed = model::McpEndpoint::parse(endpoint).map_err(|e| refuse(e.to_string()))?;
+        if let Some(Err(e)) = parsed.argv() {
+            return Err(refuse(e.to_string()));
+        }
+        let targets: Vec<Arc<Tool>> = if self.latest.contains_key(name) {
+            self.versions(name).into_iter().cloned().collect()
+        } else {
+            self.get(name).cloned().into_iter().collect()
+        };
+        if targets.is_empty() {
+            return Err(refuse("no tool of that name is registered".into()));
+        }
+        let mut bound = 0;
+        let mut why_not = String::new();
+        for t in targets {
+            let m = t.manifest();
+            if m.transport() != model::Transport::Mcp {
+                why_not = format!(
+                    "version {} is not an MCP tool (`transport: mcp`)",
+                    m.version.as_str()
+                );
+                continue;
+            }
+            if let Some(own) = &m.mcp_endpoint {
+                why_not = format!(
+                    "version {} names its own endpoint `{}`: a binding fills a missing one, it \
+                     never replaces one",
+                    m.version.as_str(),
+                    own.as_str()
+                );
+                continue;
+            }
+            let mut manifest = (**m).clone();
+            manifest.mcp_endpoint = Some(parsed.clone());
+            let mut tool = Tool::compile(manifest, t.source().clone(), t.handler.clone())?;
+            tool.access_input = t.access_input.clone();
+            self.tools.insert(key_of(&tool), Arc::new(tool));
+            bound += 1;
+        }
+        if bound == 0 {
+            return Err(refuse(why_not));
+        }
+        Ok(bound)
     }
 
-    /// The tools in registration order.
+    /// The tool a call names: `id` (its highest version) or `id@version` (exactly that one). An
+    /// id that itself holds `@` is found as written first.
+    pub fn get(&self, name: &str) -> Option<&Arc<Tool>> {
+        if let Some(v) = self.latest.get(name) {
+            return self.tools.get(&(name.to_owned(), v.clone()));
+        }
+        let (id, version) = name.rsplit_once('@')?;
+        let version = Version::parse(version)?;
+        self.tools.get(&(id.to_owned(), version))
+    }
+
+    /// Whether `tool` is the highest version of its id.
+    pub fn is_latest(&self, tool: &Tool) -> bool {
+        let (id, v) = key_of(tool);
+        self.latest.get(&id) == Some(&v)
+    }
+
+    /// Every tool, every version, in registration order.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Tool>> {
-        self.order.iter().filter_map(|id| self.tools.get(id))
+        self.order.iter().filter_map(|k| self.tools.get(k))
     }
 
-    /// Number of tools.
+    /// The highest version of each id, in the order each id was first registered.
+    pub fn latest(&self) -> impl Iterator<Item = &Arc<Tool>> {
+        let mut seen = std::collections::HashSet::new();
+        self.order
+            .iter()
+            .filter(move |(id, _)| seen.insert(id.as_str()))
+            .filter_map(|(id, _)| self.get(id))
+    }
+
+    /// The versions registered under `id`, lowest first.
+    pub fn versions(&self, id: &str) -> Vec<&Arc<Tool>> {
+        let mut v: Vec<&Arc<Tool>> = self
+            .order
+            .iter()
+            .filter(|(i, _)| i == id)
+            .filter_map(|k| self.tools.get(k))
+            .collect();
+        v.sort_by_key(|t| key_of(t).1);
+        v
+    }
+
+    /// Number of tools (every version counts).
     pub fn len(&self) -> usize {
         self.order.len()
     }
@@ -229,5 +414,31 @@ impl ToolRegistry {
     /// Whether no tool is registered.
     pub fn is_empty(&self) -> bool {
         self.order.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_order_by_semver_precedence() {
+        let v = |s| Version::parse(s).unwrap();
+        let mut list = [
+            v("1.10.0"),
+            v("1.2.0"),
+            v("0.9.99"),
+            v("1.2.10"),
+            v("2.0.0"),
+        ];
+        list.sort();
+        let shown: Vec<String> = list.iter().map(|v| v.to_string()).collect();
+        assert_eq!(shown, ["0.9.99", "1.2.0", "1.2.10", "1.10.0", "2.0.0"]);
+        let huge = v("1.0.123456789012345678901234567890");
+        assert!(huge > v("1.0.99999999999999999999"));
+        assert_eq!(huge.to_string(), "1.0.123456789012345678901234567890");
+        for bad in ["", "1", "1.2", "1.2.3.4", "a.b.c", "1..2", "1.2.-3"] {
+            assert!(Version::parse(bad).is_none(), "{bad}");
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Which transport carries out each tool, decided once when the kernel is built.
 //!
-//! `transport: native` takes only a handler registered in code; `mcp` only the MCP endpoint;
+//! `transport: native` takes a handler registered in code, else the handler synthesized from its
+//! `spec`; `mcp` only the MCP endpoint (from the manifest or bound at deployment);
 //! `auto` (the default) a native handler, else the handler a synthesizer makes from the `spec`,
 //! else the MCP endpoint. MCP servers are not started here: each endpoint's session starts with
 //! its first call.
@@ -86,10 +87,11 @@ fn native_and_spec(
     for t in pending {
         let m = t.manifest();
         let entry = match m.transport() {
-            Transport::Native => (t, false),
+            Transport::Native if t.handler().is_some() || m.spec.is_none() => (t, false),
             Transport::Mcp => (t, true),
             Transport::Auto if t.handler().is_some() => (t, false),
-            Transport::Auto => match synthesizers.synthesize(m) {
+            // `native` with a `spec` and no handler: the spec's handler runs in process.
+            Transport::Native | Transport::Auto => match synthesizers.synthesize(m) {
                 Some(made) => {
                     let handler = made.map_err(|why| Error::InvalidManifest {
                         source_name: t.source().to_string(),
@@ -98,7 +100,7 @@ fn native_and_spec(
                     (with_handler(&t, handler)?, false)
                 }
                 None => {
-                    let by_mcp = m.mcp_endpoint.is_some();
+                    let by_mcp = m.mcp_endpoint.is_some() && m.transport() == Transport::Auto;
                     (t, by_mcp)
                 }
             },
@@ -120,6 +122,10 @@ pub(crate) fn unrunnable_reason(m: &Manifest) -> &'static str {
     match (m.transport(), &m.mcp_endpoint) {
         (Transport::Native, _) => {
             "it is `transport: native` and no native handler is registered under its id"
+        }
+        (Transport::Mcp, None) => {
+            "it is `transport: mcp` and names no `mcpEndpoint`: bind one at deployment with \
+             `--mcp-endpoint ID=URI` (or `ToolRegistry::bind_mcp_endpoint`)"
         }
         (_, Some(_)) if !cfg!(feature = "mcp") => {
             "its MCP endpoint needs the `mcp` feature, which this build leaves out"

@@ -1,0 +1,118 @@
+//! MCP: `tools/list` entries out (annotations from effects, the version in `_meta`);
+//! `tools/call` requests in; `tools/call` results back.
+
+use serde_json::{json, Value};
+
+use super::common::{
+    annotations, batch_of, changes_of, offered, result_text, wrong_shape, ExportOptions, Exported,
+};
+use super::names::ToolNames;
+use super::schema;
+use crate::error::Result;
+use crate::model::{Batch, Call, Status};
+use crate::run::{BatchResult, CallResult};
+use crate::transport::ToolRegistry;
+
+/// The `_meta` key that carries a tool's version (and a result's).
+pub const VERSION_META: &str = "sluice.dev/version";
+
+/// MCP tool names may hold `.`: the id (or `id@version`, whose `@` MCP refuses, mapped) is
+/// kept when it fits MCP's characters, else mapped.
+fn mcp_name(key: &str, names: &ToolNames) -> String {
+    let fits = !key.is_empty()
+        && key.len() <= 128
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if fits {
+        key.to_owned()
+    } else {
+        names.name(key)
+    }
+}
+
+/// The registry's tools (each id's highest version) as `tools/list` entries.
+pub fn tools(registry: &ToolRegistry, names: &ToolNames) -> Vec<Value> {
+    export(registry, names, &ExportOptions::default()).definitions
+}
+
+/// The registry's tools as `tools/list` entries, with annotations from their effects and the
+/// version in `_meta`.
+pub fn export(registry: &ToolRegistry, names: &ToolNames, options: &ExportOptions) -> Exported {
+    let mut out = Exported::default();
+    for (t, _) in offered(registry, names, options) {
+        let key = if registry.is_latest(t) {
+            t.id().to_owned()
+        } else {
+            format!("{}@{}", t.id(), t.manifest().version.as_str())
+        };
+        let name = mcp_name(&key, names);
+        let mut notes = schema::Notes::default();
+        let input = schema::object_root(&t.manifest().input, &mut notes);
+        changes_of(&name, notes, &mut out.changes);
+        let mut v = json!({"name": name,
+            "description": t.manifest().description.as_str(),
+            "inputSchema": input, "annotations": annotations(t),
+            "_meta": {VERSION_META: t.manifest().version.as_str()}});
+        if !t.manifest().output.is_empty() {
+            v["outputSchema"] = Value::Object(t.manifest().output.clone());
+        }
+        out.definitions.push(v);
+    }
+    out
+}
+
+/// A batch from `tools/call` requests: JSON-RPC requests (their ids become call ids) or bare
+/// `{"name", "arguments"}` params (named by position).
+pub fn batch(tenant: &str, requests: &Value, names: &ToolNames) -> Result<Batch> {
+    let Value::Array(items) = requests else {
+        return Err(wrong_shape("", "an array of tools/call requests", requests));
+    };
+    let made_up: Vec<bool> = items
+        .iter()
+        .map(|r| !matches!(r.get("id"), Some(Value::String(_) | Value::Number(_))))
+        .collect();
+    let calls: Vec<Call> = items
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let params = r.get("params").unwrap_or(r);
+            let id = match r.get("id") {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Number(n)) => n.to_string(),
+                _ => format!("#{i}"),
+            };
+            let name = params.get("name").and_then(Value::as_str).unwrap_or("");
+            let tool = names.id(name);
+            match params.get("arguments") {
+                Some(v @ Value::Object(_)) => Call::new(id, tool, v.clone()),
+                None => Call::new(id, tool, Value::Object(Default::default())),
+                Some(_) => Call::defective(id, tool, "the arguments are not a JSON object"),
+            }
+        })
+        .collect();
+    batch_of(tenant, calls, &made_up)
+}
+
+/// `tools/call` results, one per call in submission order (the version that ran in `_meta`).
+pub fn results(result: &BatchResult) -> Vec<Value> {
+    results_of(&result.results)
+}
+
+/// [`results`] of a slice of results.
+pub fn results_of(results: &[CallResult]) -> Vec<Value> {
+    results
+        .iter()
+        .map(|r| {
+            let mut v = json!({"content": [{"type": "text", "text": result_text(r)}],
+                               "isError": r.status != Status::Ok});
+            if let (Status::Ok, Some(out @ Value::Object(_))) = (r.status, &r.output) {
+                v["structuredContent"] = out.clone();
+            }
+            if let Some(version) = &r.version {
+                v["_meta"] = json!({VERSION_META: version});
+            }
+            v
+        })
+        .collect()
+}

@@ -250,63 +250,72 @@ pub fn batch(data: &[u8]) {
     let Ok(names) = sluice_kernel::adapters::ToolNames::new(&registry) else {
         return;
     };
-    type Ingest = fn(
-        &str,
-        &Value,
-        &sluice_kernel::adapters::ToolNames,
-    ) -> sluice_kernel::Result<sluice_kernel::Batch>;
-    let ingests: [(&str, Ingest); 3] = [
-        ("openai", sluice_kernel::adapters::openai::batch),
-        ("anthropic", sluice_kernel::adapters::anthropic::batch),
-        ("mcp", sluice_kernel::adapters::mcp::batch),
-    ];
-    for (api, ingest) in ingests {
-        match ingest("t", &value, &names) {
+    let options = sluice_kernel::adapters::IngestOptions::default();
+    for api in sluice_kernel::adapters::Api::ALL {
+        match api.batch("t", &value, &names, &options) {
             Ok(b) => {
                 let ids: HashSet<&str> = b.calls.iter().map(|c| c.id.as_str()).collect();
                 assert_eq!(ids.len(), b.calls.len(), "{api}: duplicate ids accepted");
+                // The reply answers every call, and nothing when there was none.
+                let results: Vec<sluice_kernel::CallResult> = b
+                    .calls
+                    .iter()
+                    .map(|c| stub_result(&c.id, &c.tool))
+                    .collect();
+                let reply = api.results(&results, &names);
+                assert_eq!(
+                    reply.is_empty(),
+                    b.calls.is_empty(),
+                    "{api}: reply {reply:?}"
+                );
             }
-            Err(e) => {
-                // A duplicate can only be the model's own ids repeated.
-                let text = e.to_string();
-                if text.contains("used twice") {
-                    let own = model_ids(api, &value);
-                    let unique: HashSet<&String> = own.iter().collect();
-                    assert!(
-                        unique.len() < own.len(),
-                        "{api}: a made-up id collided: {text} for {value}"
-                    );
-                }
+            Err(sluice_kernel::Error::DuplicateCallId { id, .. }) => {
+                // A made-up id never collides: a duplicate is the model's own id, twice.
+                let mut own = Vec::new();
+                model_ids(&value, &mut own);
+                assert!(
+                    own.iter().filter(|o| **o == id).count() >= 2,
+                    "{api}: a made-up id collided: {id} for {value}"
+                );
             }
+            Err(_) => {}
         }
     }
 }
 
-/// The ids a model itself gave its calls, as each API spells them.
-fn model_ids(api: &str, value: &Value) -> Vec<String> {
-    let items: Vec<&Value> = match (api, value) {
-        ("openai", Value::Object(o)) => o
-            .get("tool_calls")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().collect())
-            .unwrap_or_default(),
-        ("anthropic", Value::Object(o)) => o
-            .get("content")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().collect())
-            .unwrap_or_default(),
-        (_, Value::Array(a)) => a.iter().collect(),
-        _ => Vec::new(),
-    };
-    items
-        .into_iter()
-        .filter(|i| api != "anthropic" || i.get("type").and_then(Value::as_str) == Some("tool_use"))
-        .filter_map(|i| match (api, i.get("id")) {
-            ("mcp", Some(Value::Number(n))) => Some(n.to_string()),
-            (_, Some(Value::String(s))) if !s.is_empty() => Some(s.clone()),
-            _ => None,
-        })
-        .collect()
+/// A finished call, for replies.
+fn stub_result(id: &str, tool: &str) -> sluice_kernel::CallResult {
+    sluice_kernel::CallResult {
+        id: id.to_owned(),
+        tool: tool.to_owned(),
+        version: None,
+        status: sluice_kernel::Status::Ok,
+        output: Some(Value::Null),
+        error: None,
+        started: None,
+        ended: None,
+        authorization: None,
+        approver: None,
+        recorded: None,
+    }
+}
+
+/// Every id the document itself holds (`id` and `call_id` values, strings and numbers, at any
+/// depth): a model's own ids are among them.
+fn model_ids(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(o) => {
+            for (k, v) in o {
+                match (k.as_str(), v) {
+                    ("id" | "call_id", Value::String(s)) => out.push(s.clone()),
+                    ("id" | "call_id", Value::Number(n)) => out.push(n.to_string()),
+                    _ => model_ids(v, out),
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|v| model_ids(v, out)),
+        _ => {}
+    }
 }
 
 /// A small valid log, its lines, and the records in it.

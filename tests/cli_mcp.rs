@@ -166,3 +166,122 @@ async fn one_batch_mixes_native_http_and_mcp_tools() {
     assert!(r.stderr.is_empty(), "{}", r.stderr);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An MCP manifest with no `mcpEndpoint` (as the reference SDK's packs ship them).
+fn unbound(id: &str, version: &str) -> Value {
+    json!({"id": id, "description": "echo, endpoint bound at deployment", "version": version,
+           "input": {"type": "object", "properties": {"message": {"type": "string"}}},
+           "output": {}, "transport": "mcp", "mutating": false,
+           "metadata": {"mcpTool": "echo"}})
+}
+
+#[test]
+fn an_endpoint_bound_at_deployment_carries_a_tool_that_names_none() {
+    let dir = temp_dir("mcp-bind");
+    let tools = dir.join("tools.json");
+    std::fs::write(
+        &tools,
+        json!([unbound("dep.echo", "1.0.0"), unbound("dep.echo", "2.0.0")]).to_string(),
+    )
+    .unwrap();
+    let t = tools.to_str().unwrap();
+    let batch = json!({"tenant": "t", "calls": [
+        {"id": "new", "tool": "dep.echo", "input": {"message": "hi"}},
+        {"id": "old", "tool": "dep.echo@1.0.0", "input": {"message": "ho"}}]})
+    .to_string();
+
+    // Valid without an endpoint, with a warning saying how to bind one.
+    let v = sluice(&["validate", "--format", "json", t], None, None);
+    assert_eq!(v.code, 0, "{}", v.stdout);
+    let warnings = v.json()["manifests"][0]["warnings"].to_string();
+    assert!(warnings.contains("--mcp-endpoint"), "{warnings}");
+
+    // Unbound: the calls end `no-handler`, saying how to bind it; the batch still runs.
+    let r = sluice(&["run", "--tools", t, "--batch", "-"], Some(&batch), None);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let out = r.json();
+    for res in out["results"].as_array().unwrap() {
+        assert_eq!(res["error"]["code"], "no-handler", "{res}");
+        let msg = res["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("--mcp-endpoint"), "{msg}");
+    }
+
+    // Bound (every version of the id): both run on the reference server, each saying its version.
+    let e = everything_stdio("");
+    let binding = format!("dep.echo={e}");
+    let r = sluice(
+        &[
+            "run",
+            "--tools",
+            t,
+            "--mcp-endpoint",
+            &binding,
+            "--batch",
+            "-",
+        ],
+        Some(&batch),
+        None,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let out = r.json();
+    let results = out["results"].as_array().unwrap();
+    assert!(results.iter().all(|r| r["status"] == "ok"), "{out}");
+    assert_eq!(results[0]["version"], "2.0.0");
+    assert_eq!(results[1]["version"], "1.0.0");
+    assert!(results[1]["output"].to_string().contains("ho"), "{out}");
+
+    // A binding of one version leaves the other unbound.
+    let one = format!("dep.echo@1.0.0={e}");
+    let r = sluice(
+        &["run", "--tools", t, "--mcp-endpoint", &one, "--batch", "-"],
+        Some(&batch),
+        None,
+    );
+    let out = r.json();
+    assert_eq!(out["results"][0]["error"]["code"], "no-handler", "{out}");
+    assert_eq!(out["results"][1]["status"], "ok", "{out}");
+}
+
+#[test]
+fn a_binding_that_cannot_apply_is_refused_saying_why() {
+    let dir = temp_dir("mcp-bind-bad");
+    let tools = dir.join("tools.json");
+    let e = everything_stdio("");
+    std::fs::write(
+        &tools,
+        json!([
+            unbound("dep.echo", "1.0.0"),
+            support::mcp::mcp_manifest("own.echo", &e, json!({}))
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let t = tools.to_str().unwrap();
+    let cases: [(String, i32, &str); 6] = [
+        (format!("nobody={e}"), 1, "no tool of that name"),
+        (format!("sluice.echo={e}"), 1, "not an MCP tool"),
+        (format!("own.echo={e}"), 1, "names its own endpoint"),
+        (
+            "dep.echo=https://example.com/mcp".into(),
+            1,
+            "no known scheme",
+        ),
+        (
+            "dep.echo=mcp+stdio://'unclosed".into(),
+            1,
+            "cannot be split",
+        ),
+        ("dep.echo".into(), 2, "expected ID=URI"),
+    ];
+    for (binding, code, why) in cases {
+        for cmd in ["tools", "plan"] {
+            let mut args = vec![cmd, "--tools", t, "--mcp-endpoint", &binding];
+            if cmd == "plan" {
+                args.extend(["--batch", "-"]);
+            }
+            let r = sluice(&args, Some(r#"{"calls": []}"#), None);
+            assert_eq!(r.code, code, "{cmd} {binding}: {}", r.stderr);
+            assert!(r.stderr.contains(why), "{cmd} {binding}: {}", r.stderr);
+        }
+    }
+}

@@ -142,9 +142,11 @@ fn pointer_text(p: &str) -> &str {
     }
 }
 
-/// The same tool (id and version) in two places is an error on the later one, naming the first;
-/// so is the id of a built-in tool in any version, which `plan` and `run` always register. One id
-/// in several versions is fine: a call names `id` (the highest) or `id@version`.
+/// The same tool (id and version) in two places gets a warning on the later one, naming the
+/// first: each manifest is valid on its own (the reference SDK's corpus repeats pairs across
+/// files), but one registry cannot hold both, so `plan`, `run` and `tools` refuse to load them
+/// together. So does the id of a built-in tool, in any version. One id in several versions is
+/// fine: a call names `id` (the highest) or `id@version`.
 fn flag_duplicate_ids(entries: &mut [Entry]) {
     let mut builtins: HashMap<String, ()> = HashMap::new();
     if let Ok(tools) = builtin::tools(BuiltinConfig::default()) {
@@ -155,20 +157,25 @@ fn flag_duplicate_ids(entries: &mut [Entry]) {
     let mut first: HashMap<(String, Option<Version>), String> = HashMap::new();
     for e in entries.iter_mut() {
         let Some(id) = e.id.clone() else { continue };
+        let pointer = format!("{}/id", e.source.pointer);
         if builtins.contains_key(&id) {
-            e.errors.push(Diagnostic::new(
-                format!("{}/id", e.source.pointer),
-                format!("the tool id `{id}` is a built-in tool's: choose another id"),
+            e.warnings.push(Diagnostic::new(
+                pointer,
+                format!(
+                    "the tool id `{id}` is a built-in tool's: `plan`, `run` and `tools` refuse \
+                     to load it; choose another id"
+                ),
             ));
             continue;
         }
         let key = (id, e.version.clone());
         match first.get(&key) {
-            Some(other) => e.errors.push(Diagnostic::new(
-                format!("{}/id", e.source.pointer),
+            Some(other) => e.warnings.push(Diagnostic::new(
+                pointer,
                 match &key.1 {
                     Some(v) => format!(
-                        "the tool `{}` version {v} is also defined at {other}",
+                        "the tool `{}` version {v} is also defined at {other}: one registry \
+                         cannot hold both (`plan`, `run` and `tools` refuse to load them together)",
                         key.0
                     ),
                     None => format!("the tool id `{}` is also defined at {other}", key.0),

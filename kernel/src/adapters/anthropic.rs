@@ -48,7 +48,7 @@ pub fn batch(tenant: &str, message: &Value, names: &ToolNames) -> Result<Batch> 
                 Some(r) => r == "assistant",
                 None => o.get("type").and_then(Value::as_str) == Some("message"),
             };
-            if !assistant || o.contains_key("choices") {
+            if !assistant || o.contains_key("choices") || o.contains_key("tool_calls") {
                 return Err(wrong_shape("", EXPECTED, message));
             }
             match o.get("content") {
@@ -90,6 +90,7 @@ pub fn call(b: &Value, index: usize, names: &ToolNames) -> Call {
         FnCall {
             index,
             id: b.get("id"),
+            id_key: "id",
             id_required: true,
             name: b.get("name"),
             args: b.get("input"),

@@ -130,6 +130,8 @@ pub(crate) struct FnCall<'a> {
     pub(crate) index: usize,
     /// Its id, if any.
     pub(crate) id: Option<&'a Value>,
+    /// The key the API keeps the id under (`id`, `call_id`).
+    pub(crate) id_key: &'a str,
     /// Whether the API always gives ids (a missing one is then a defect).
     pub(crate) id_required: bool,
     /// The function name.
@@ -148,6 +150,7 @@ pub(crate) fn make_call(c: FnCall<'_>, names: &ToolNames) -> Call {
     let FnCall {
         index,
         id,
+        id_key,
         id_required,
         name,
         args,
@@ -163,7 +166,7 @@ pub(crate) fn make_call(c: FnCall<'_>, names: &ToolNames) -> Call {
             return Call::defective(
                 format!("#{index}"),
                 tool,
-                format!("the {what} has no `id`, so its result could not be matched to it"),
+                format!("the {what} has no `{id_key}`, so its result could not be matched to it"),
             )
         }
         _ => format!("#{index}"),
@@ -286,14 +289,27 @@ pub(crate) fn describe(doc: &Value) -> String {
         return "a Sluice batch (use --batch-format sluice)".into();
     }
     if let Some(role) = s("role") {
+        let blocks = o
+            .get("content")
+            .and_then(Value::as_array)
+            .and_then(|c| c.iter().find_map(block_kind));
         let api = if o.contains_key("tool_calls") {
             " (OpenAI Chat Completions)"
-        } else if o.get("content").is_some_and(Value::is_array) && s("type") == Some("message") {
+        } else if blocks
+            .as_deref()
+            .is_some_and(|k| k.starts_with("Anthropic"))
+            || (o.get("content").is_some_and(Value::is_array) && s("type") == Some("message"))
+        {
             " (Anthropic)"
         } else {
             ""
         };
-        return format!("a `{role}` message{api}");
+        let article = if role.starts_with(['a', 'e', 'i', 'o']) {
+            "an"
+        } else {
+            "a"
+        };
+        return format!("{article} `{role}` message{api}");
     }
     if let Some(kind) = block_kind(doc) {
         return format!("a single entry of the kind found in {kind}");

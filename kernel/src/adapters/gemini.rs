@@ -93,6 +93,7 @@ pub fn batch_with(
                 FnCall {
                     index: i,
                     id: f.get("id"),
+                    id_key: "id",
                     id_required: false,
                     name: f.get("name"),
                     args: f.get("args"),

@@ -129,7 +129,12 @@ fn message_calls<'a>(msg: &'a Value, at: &str) -> Result<Option<&'a [Value]>> {
         Some(r) => r == "assistant",
         None => msg.get("tool_calls").is_some(),
     };
-    if !assistant {
+    // Content parts of other APIs (`tool_use` blocks, say) mean another API's message.
+    let foreign = msg
+        .get("content")
+        .and_then(Value::as_array)
+        .is_some_and(|c| c.iter().filter_map(block_kind).next().is_some());
+    if !assistant || foreign {
         return Err(wrong_shape(at, EXPECTED, msg));
     }
     match msg.get("tool_calls") {
@@ -149,6 +154,7 @@ pub fn call(c: &Value, index: usize, names: &ToolNames) -> Call {
         FnCall {
             index,
             id: c.get("id"),
+            id_key: "id",
             id_required: true,
             name: f.and_then(|f| f.get("name")),
             args: f.and_then(|f| f.get("arguments")),

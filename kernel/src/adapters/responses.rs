@@ -67,6 +67,7 @@ pub fn batch(tenant: &str, doc: &Value, names: &ToolNames) -> Result<Batch> {
                 FnCall {
                     index: i,
                     id: c.get("call_id"),
+                    id_key: "call_id",
                     id_required: true,
                     name: c.get("name"),
                     args: c.get("arguments"),

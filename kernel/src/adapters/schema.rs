@@ -360,6 +360,20 @@ pub(crate) fn gemini(schema: &Map<String, Value>, notes: &mut Notes) -> Option<V
     Some(root)
 }
 
+/// What Gemini can offer for "any value".
+fn any_scalar() -> Value {
+    json!({"anyOf": [{"type": "STRING"}, {"type": "NUMBER"}, {"type": "BOOLEAN"}]})
+}
+
+/// An `OBJECT` with no properties: Gemini refuses it.
+fn is_free_object(schema: &Value) -> bool {
+    schema.get("type") == Some(&json!("OBJECT"))
+        && schema
+            .get("properties")
+            .and_then(Value::as_object)
+            .is_none_or(Map::is_empty)
+}
+
 struct Gemini<'a> {
     defs: &'a Map<String, Value>,
     notes: &'a mut Notes,
@@ -410,27 +424,26 @@ impl Gemini<'_> {
                         .add(&ptr, "`const` dropped: Gemini's enum takes strings only"),
                 },
                 "properties" => {
+                    let required = s.get("required").and_then(Value::as_array);
                     let mut props = Map::new();
                     for (name, p) in value.as_object().into_iter().flatten() {
                         let pp = format!("{ptr}/{}", escape_pointer(name));
-                        props.insert(name.clone(), self.node(p, &pp));
+                        let converted = self.node(p, &pp);
+                        let is_required =
+                            required.is_some_and(|r| r.iter().any(|n| n == name.as_str()));
+                        if is_free_object(&converted) && !is_required {
+                            self.notes.add(
+                                &pp,
+                                "optional property left out: a free-form object, which Gemini \
+                                 cannot describe (an OBJECT needs properties)",
+                            );
+                            continue;
+                        }
+                        props.insert(name.clone(), converted);
                     }
                     out.insert("properties".into(), Value::Object(props));
                 }
-                "required" => {
-                    let known = s.get("properties").and_then(Value::as_object);
-                    let kept: Vec<Value> = value
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter(|n| {
-                            n.as_str()
-                                .is_some_and(|n| known.is_some_and(|k| k.contains_key(n)))
-                        })
-                        .cloned()
-                        .collect();
-                    out.insert("required".into(), Value::Array(kept));
-                }
+                "required" => {}
                 "items" if value.is_object() || value.is_boolean() => {
                     out.insert("items".into(), self.node(value, &ptr));
                 }
@@ -488,6 +501,40 @@ impl Gemini<'_> {
         }
         if let Some(Value::String(f)) = s.get("format") {
             self.format(f, &mut out, &format!("{at}/format"));
+        }
+        if let Some(Value::Object(props)) = out.get("properties") {
+            let kept: Vec<Value> = s
+                .get("required")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|n| n.as_str().is_some_and(|n| props.contains_key(n)))
+                .cloned()
+                .collect();
+            if !kept.is_empty() {
+                out.insert("required".into(), Value::Array(kept));
+            }
+        }
+        if out.get("type") == Some(&json!("ARRAY")) && !out.contains_key("items") {
+            out.insert("items".into(), any_scalar());
+            self.notes.add(
+                at,
+                "an array of anything offered as an array of strings, numbers or booleans: \
+                 Gemini needs `items`",
+            );
+        }
+        let untyped = ["type", "anyOf", "enum", "properties", "items"]
+            .iter()
+            .all(|k| !out.contains_key(*k));
+        if untyped {
+            if let Value::Object(any) = any_scalar() {
+                out.extend(any);
+            }
+            self.notes.add(
+                at,
+                "any value offered as a string, number or boolean: Gemini's schema has no \
+                 \"anything\"",
+            );
         }
         if !out.contains_key("type") && !out.contains_key("anyOf") {
             if out.contains_key("enum") {
@@ -654,8 +701,7 @@ mod tests {
             json!({"type": "OBJECT", "required": ["p"], "properties": {
                 "p": {"type": "STRING", "description": "a page"},
                 "n": {"type": "INTEGER", "nullable": true, "minimum": 0},
-                "k": {"type": "STRING", "enum": ["fixed"]},
-                "m": {"type": "OBJECT"}
+                "k": {"type": "STRING", "enum": ["fixed"]}
             }})
         );
         assert!(notes.0.len() >= 5, "{notes:?}");

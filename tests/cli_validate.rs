@@ -95,9 +95,30 @@ fn array_elements_and_duplicates_are_named() {
     assert_eq!(ms[0]["valid"], true);
     assert_eq!(ms[1]["valid"], false);
     assert_eq!(ms[1]["errors"][0]["pointer"], "/1");
-    assert_eq!(ms[2]["errors"][0]["pointer"], "/id");
-    let msg = ms[2]["errors"][0]["message"].as_str().unwrap();
+    // The same (id, version) twice: each manifest is valid alone (a warning names the other
+    // place), and a registry refuses to hold both.
+    assert_eq!(ms[2]["valid"], true);
+    let dup = ms[2]["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["pointer"] == "/id")
+        .expect("a warning at /id");
+    let msg = dup["message"].as_str().unwrap();
     assert!(msg.contains("a.json#/0"), "{msg}");
+    let tools = sluice(
+        &[
+            "tools",
+            "--tools",
+            dir.join("b.json").to_str().unwrap(),
+            "--tools",
+            dir.join("b.json").to_str().unwrap(),
+        ],
+        None,
+        None,
+    );
+    assert_eq!(tools.code, 1);
+    assert!(tools.stderr.contains("defined twice"), "{}", tools.stderr);
 }
 
 #[test]
@@ -182,4 +203,28 @@ fn integers_beyond_the_models_range_are_named_with_the_range() {
             "{e}"
         );
     }
+}
+
+#[test]
+fn a_built_in_id_in_any_version_cannot_be_loaded() {
+    let dir = temp_dir("validate-builtin-id");
+    let f = dir.join("shadow.json");
+    std::fs::write(
+        &f,
+        serde_json::json!({"id": "sluice.kv.get", "version": "9.0.0", "description": "shadow",
+                           "input": {"type": "object"}, "output": {}})
+        .to_string(),
+    )
+    .unwrap();
+    let p = f.to_str().unwrap();
+    let v = sluice(&["validate", "--format", "json", p], None, None);
+    assert_eq!(v.code, 0, "valid alone");
+    assert!(v.stdout.contains("a built-in tool's"), "{}", v.stdout);
+    let run = sluice(
+        &["run", "--tools", p, "--batch", "-"],
+        Some(r#"{"calls": [{"id": "a", "tool": "sluice.kv.get", "input": {"key": "k"}}]}"#),
+        None,
+    );
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(run.stderr.contains("a built-in tool's"), "{}", run.stderr);
 }

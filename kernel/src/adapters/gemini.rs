@@ -40,9 +40,13 @@ pub fn export(registry: &ToolRegistry, names: &ToolNames, options: &ExportOption
     out
 }
 
-/// A key in either spelling: the REST API's camelCase or the Python SDK's snake_case.
+/// A key in either spelling: the REST API's camelCase or the Python SDK's snake_case (a `null`,
+/// as the SDK writes every unset field, is absent).
 fn get<'a>(o: &'a Value, camel: &str, snake: &str) -> Option<&'a Value> {
-    o.get(camel).or_else(|| o.get(snake))
+    [camel, snake]
+        .into_iter()
+        .filter_map(|k| o.get(k))
+        .find(|v| !v.is_null())
 }
 
 /// A batch from a response (its first candidate's content, or candidate `options.choice`), a

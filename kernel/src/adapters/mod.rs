@@ -15,7 +15,7 @@
 //! Calls keep the model's order and ids. A response that holds no tool call because the model
 //! answered in words is an empty batch, and its reply is no message at all (an empty list: the
 //! APIs refuse an empty message). A document of the wrong shape (a user message, a bare string,
-//! another API's object) is an [`Error::MalformedBatch`] saying what was expected and what came.
+//! another API's object) is an [`crate::Error::MalformedBatch`] saying what was expected and what came.
 //!
 //! # Names and versions
 //!

@@ -221,8 +221,8 @@ impl KernelBuilder {
 
     /// Builds the kernel; refuses duplicate tool ids and (unless allowed) tools it cannot run.
     ///
-    /// Each tool's transport is resolved here: `native` takes only a handler registered in
-    /// code; `mcp` only the MCP endpoint; `auto` a native handler, else the handler synthesized
+    /// Each tool's transport is resolved here: `native` takes a handler registered in code,
+    /// else the handler synthesized from its `spec`; `mcp` only the MCP endpoint; `auto` a native handler, else the handler synthesized
     /// from the `spec`, else the MCP endpoint. MCP servers are not started here: each endpoint's
     /// session starts with its first call.
     pub fn build(self) -> Result<Kernel> {

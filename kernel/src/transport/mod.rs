@@ -5,7 +5,8 @@
 //! is built (`resolve.rs`): with `transport: auto` (the default), a native handler registered in
 //! code; else the handler a [`SpecSynthesizer`] makes from the manifest's `spec` (the [`http`]
 //! synthesizer for `spec: {kind: "http"}`); else the MCP endpoint ([`mcp`], feature `mcp`).
-//! `transport: native` takes only the first, `transport: mcp` only the last. A tool with none
+//! `transport: native` takes the first, else the `spec`'s; `transport: mcp` only the endpoint (the
+//! manifest's, or one bound with [`ToolRegistry::bind_mcp_endpoint`]). A tool with none
 //! of them is refused at build unless the embedder accepts unrunnable tools.
 //!
 //! The [`ToolRegistry`] binds each manifest to its handler, with its input and output schemas

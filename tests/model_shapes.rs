@@ -427,8 +427,21 @@ fn every_version_can_be_offered_and_each_name_runs_its_version() {
         {"id": "a", "type": "function", "function": {"name": "acme__note", "arguments": "{}"}},
         {"id": "b", "type": "function",
          "function": {"name": "acme__note_x40_1__2__0", "arguments": "{}"}}]});
-    let r = run_as("openai", "json", &msg, &["--tools", t]);
+    let log = dir.join("log.jsonl");
+    let r = run_as(
+        "openai",
+        "json",
+        &msg,
+        &["--tools", t, "--provenance", log.to_str().unwrap()],
+    );
     let results = r.json()["results"].clone();
+    // The provenance records say which version each call ran.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let versions: Vec<&str> = ["1.10.0", "1.2.0"]
+        .into_iter()
+        .filter(|v| text.contains(&format!("\"tool_version\":\"{v}\"")))
+        .collect();
+    assert_eq!(versions, ["1.10.0", "1.2.0"], "{text}");
     assert_eq!(results[0]["version"], "1.10.0", "{results}");
     assert_eq!(results[1]["version"], "1.2.0", "{results}");
     assert_eq!(results[1]["tool"], "acme.note");

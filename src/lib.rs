@@ -23,6 +23,8 @@
 
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod report;
+pub mod serve;
 
 pub use sluice_kernel as kernel;
 pub use sluice_policy as policy;

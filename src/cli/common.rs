@@ -7,8 +7,15 @@ use anyhow::Context;
 use serde_json::Value;
 use sluice::kernel::builtin::{self, BuiltinConfig, KvStore};
 use sluice::kernel::model::{parse_json, read_manifests};
-use sluice::kernel::transport::ToolRegistry;
+use sluice::kernel::run::{Kernel, KernelBuilder};
+#[cfg(feature = "mcp")]
+use sluice::kernel::transport::egress::EgressOptions;
+use sluice::kernel::transport::http::{HttpOptions, HttpSynthesizer};
+#[cfg(feature = "mcp")]
+use sluice::kernel::transport::mcp::McpOptions;
+use sluice::kernel::transport::{EnvSecrets, ToolRegistry};
 use sluice::kernel::Batch;
+use sluice::provenance::{CheckpointOptions, Durability, LogOptions, ProvenanceLog};
 
 use super::Failure;
 
@@ -118,4 +125,95 @@ pub(crate) fn read_json_arg(path: &Path) -> anyhow::Result<Value> {
 pub(crate) fn read_batch(path: &Path) -> anyhow::Result<Batch> {
     let doc = read_json_arg(path)?;
     Ok(Batch::from_value(&doc)?)
+}
+
+/// A kernel builder for `run` and `serve`: the tools (unrunnable ones accepted: their calls end
+/// `no-handler`), `needsSpec.env` values from this process's environment by the declared name,
+/// secrets from the environment, the concurrency cap, and the proxy opt-in.
+pub(crate) fn kernel_builder(
+    registry: ToolRegistry,
+    max_concurrency: Option<usize>,
+    proxy_from_env: bool,
+) -> anyhow::Result<KernelBuilder> {
+    let declared_env: std::collections::BTreeSet<String> = registry
+        .iter()
+        .filter_map(|t| t.manifest().needs_spec.as_ref()?.env.as_ref())
+        .flat_map(|env| env.keys().cloned())
+        .collect();
+    let mut builder = Kernel::builder().tools(registry);
+    for name in &declared_env {
+        if let Ok(value) = std::env::var(name) {
+            builder = builder.env(name, &value);
+        }
+    }
+    let mut builder = builder.secrets(EnvSecrets).allow_unrunnable_tools(true);
+    if let Some(n) = max_concurrency {
+        builder = builder.max_concurrency(n);
+    }
+    if proxy_from_env {
+        let http = HttpOptions::default().with_proxy_from_env(true);
+        builder = builder.synthesizer(
+            "http",
+            HttpSynthesizer::new(http).map_err(anyhow::Error::msg)?,
+        );
+        #[cfg(feature = "mcp")]
+        {
+            let egress = EgressOptions::default().with_proxy_from_env(true);
+            builder = builder.mcp_options(McpOptions::default().with_egress(egress));
+        }
+    }
+    Ok(builder)
+}
+
+/// The provenance options `run` and `serve` share.
+#[derive(Debug, clap::Args)]
+pub(crate) struct LogArgs {
+    /// Append a record of every call, conflict edge and the batch to this provenance log
+    /// (created if missing; a torn last line is repaired).
+    #[arg(long)]
+    pub(crate) provenance: Option<PathBuf>,
+    /// `durable`: a call's record is on disk before its result is reported; `buffered`: faster.
+    #[arg(long, value_enum, default_value = "durable")]
+    durability: DurabilityMode,
+    /// Append a signed checkpoint of the log to `LOG.checkpoints` every N records (and one when
+    /// the run ends); needs `--key` and `--provenance`.
+    #[arg(long, value_name = "N", requires = "key", requires = "provenance",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    checkpoint_every: Option<u64>,
+    /// The signer key checkpoints are signed with (`sluice provenance keygen` writes one).
+    #[arg(long, value_name = "KEYFILE", requires = "checkpoint_every")]
+    key: Option<PathBuf>,
+    /// The checkpoints' origin line (default: the key's name).
+    #[arg(long, requires = "checkpoint_every")]
+    origin: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum DurabilityMode {
+    Durable,
+    Buffered,
+}
+
+impl LogArgs {
+    /// Opens the log (`None` without `--provenance`), with its checkpoints.
+    pub(crate) fn open(&self) -> anyhow::Result<Option<std::sync::Arc<ProvenanceLog>>> {
+        let Some(path) = &self.provenance else {
+            return Ok(None);
+        };
+        let mut options = LogOptions::new(match self.durability {
+            DurabilityMode::Durable => Durability::Durable,
+            DurabilityMode::Buffered => Durability::Buffered,
+        });
+        if let (Some(every), Some(key)) = (self.checkpoint_every, &self.key) {
+            let key = super::provenance::read_signer_key(key)?;
+            let mut c = CheckpointOptions::new(key, every);
+            if let Some(origin) = &self.origin {
+                c = c.with_origin(origin);
+            }
+            options = options.with_checkpoints(c);
+        }
+        Ok(Some(std::sync::Arc::new(super::provenance::open(
+            path, options,
+        )?)))
+    }
 }

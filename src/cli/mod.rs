@@ -50,6 +50,7 @@ mod plan;
 mod policy;
 mod provenance;
 mod run;
+mod serve;
 mod tools;
 mod validate;
 
@@ -87,6 +88,9 @@ enum Command {
     /// Provenance logs: verify one, ask who wrote what and why a call saw what it saw, export.
     #[command(subcommand)]
     Provenance(provenance::Command),
+    /// The gateway: an MCP server (streamable HTTP or stdio) and an HTTP batch API in front of
+    /// one kernel, with tenants from bearer tokens (docs/serve.md).
+    Serve(serve::Args),
     /// MCP servers: import a server's tools as Kindgi manifests.
     #[cfg(feature = "mcp")]
     #[command(subcommand)]
@@ -112,6 +116,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Policy(c) => policy::run(c),
         Command::Provenance(c) => provenance::run(c),
         Command::Tools(a) => tools::run(a),
+        Command::Serve(a) => serve::run(a),
         #[cfg(feature = "mcp")]
         Command::Mcp(c) => mcp::run(c),
     }

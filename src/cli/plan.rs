@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::ValueEnum;
-use serde_json::{json, Value};
 use sluice::kernel::access::Normalizers;
 use sluice::kernel::authorize::{Authorization, DecidedBy, Decision};
 use sluice::kernel::order::Plan;
@@ -55,7 +54,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.format {
         PlanFormat::Json => outln!(
             "{}",
-            serde_json::to_string_pretty(&to_json(&plan, auth.as_deref()))?
+            serde_json::to_string_pretty(&sluice::report::plan_json(&plan, auth.as_deref()))?
         ),
         PlanFormat::Text => out!("{}", to_text(&plan, auth.as_deref())),
         PlanFormat::Dot => out!("{}", to_dot(&plan)),
@@ -65,55 +64,6 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 fn id(plan: &Plan, i: usize) -> &str {
     &plan.calls[i].call.id
-}
-
-/// The plan as cli.md's JSON.
-pub(crate) fn to_json(plan: &Plan, auth: Option<&[Authorization]>) -> Value {
-    let calls: Vec<Value> = plan
-        .calls
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let accesses: Vec<Value> = c
-                .accesses
-                .iter()
-                .map(|a| {
-                    json!({"kind": a.kind.as_str(), "resource": a.resource.to_text(),
-                           "mode": a.mode().as_str()})
-                })
-                .collect();
-            let mut v = json!({"id": c.call.id, "tool": c.call.tool,
-                               "version": c.tool.as_ref().map(|t| t.manifest().version.as_str()),
-                               "read_only": c.is_read_only(), "accesses": accesses});
-            if let Some(a) = auth.and_then(|a| a.get(i)) {
-                v["authorization"] = json!({"decision": a.decision.as_str(), "by": a.by});
-            }
-            v
-        })
-        .collect();
-    let edges: Vec<Value> = plan
-        .graph
-        .edges()
-        .iter()
-        .map(|e| {
-            json!({"from": id(plan, e.from), "to": id(plan, e.to),
-                   "resource": e.resource.to_text(), "kind": e.kind.as_str()})
-        })
-        .collect();
-    let waves: Vec<Vec<&str>> = plan
-        .graph
-        .waves()
-        .iter()
-        .map(|w| w.iter().map(|i| id(plan, *i)).collect())
-        .collect();
-    let critical: Vec<&str> = plan
-        .graph
-        .critical_path()
-        .iter()
-        .map(|i| id(plan, *i))
-        .collect();
-    json!({"tenant": plan.tenant, "calls": calls, "edges": edges, "waves": waves,
-           "critical_path": critical})
 }
 
 fn to_text(plan: &Plan, auth: Option<&[Authorization]>) -> String {

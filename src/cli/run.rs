@@ -2,24 +2,15 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::ValueEnum;
-use serde_json::{json, Value};
-use sluice::kernel::adapters::{strip_optional_nulls, Api, IngestOptions, ToolNames};
+use sluice::kernel::adapters::{Api, IngestOptions, ToolNames};
 use sluice::kernel::authorize::{ApproveAll, RejectAll};
-use sluice::kernel::run::{Kernel, OnFailure};
-#[cfg(feature = "mcp")]
-use sluice::kernel::transport::egress::EgressOptions;
-use sluice::kernel::transport::http::{HttpOptions, HttpSynthesizer};
-#[cfg(feature = "mcp")]
-use sluice::kernel::transport::mcp::McpOptions;
-use sluice::kernel::transport::EnvSecrets;
-use sluice::kernel::transport::ToolRegistry;
-use sluice::kernel::{BatchResult, CallResult};
-use sluice::provenance::{CheckpointOptions, Durability, LogOptions};
+use sluice::kernel::run::OnFailure;
+use sluice::kernel::BatchResult;
+use sluice::report::{absent_for_null, ms, run_json};
 
-use super::common::{read_batch, BatchInput};
+use super::common::{read_batch, BatchInput, LogArgs};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -48,24 +39,9 @@ pub(crate) struct Args {
     /// terminal.
     #[arg(long, value_enum, default_value = "none")]
     approve: ApproveMode,
-    /// Append a record of every call, conflict edge and the batch to this provenance log
-    /// (created if missing; a torn last line is repaired).
-    #[arg(long)]
-    provenance: Option<PathBuf>,
-    /// `durable`: a call's record is on disk before its result is reported; `buffered`: faster.
-    #[arg(long, value_enum, default_value = "durable")]
-    durability: DurabilityMode,
-    /// Append a signed checkpoint of the log to `LOG.checkpoints` every N records (and one when
-    /// the run ends); needs `--key` and `--provenance`.
-    #[arg(long, value_name = "N", requires = "key", requires = "provenance",
-          value_parser = clap::value_parser!(u64).range(1..))]
-    checkpoint_every: Option<u64>,
-    /// The signer key checkpoints are signed with (`sluice provenance keygen` writes one).
-    #[arg(long, value_name = "KEYFILE", requires = "checkpoint_every")]
-    key: Option<PathBuf>,
-    /// The checkpoints' origin line (default: the key's name).
-    #[arg(long, requires = "checkpoint_every")]
-    origin: Option<String>,
+    /// The provenance log and its checkpoints.
+    #[command(flatten)]
+    log: LogArgs,
     /// What happens to the dependents of a failed call.
     #[arg(long, value_enum, default_value = "continue")]
     on_failure: FailureMode,
@@ -85,12 +61,6 @@ pub(crate) struct Args {
 enum FailureMode {
     Continue,
     SkipDependents,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum DurabilityMode {
-    Durable,
-    Buffered,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -174,40 +144,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             batch
         }
     };
-    // `needsSpec.env` values come from this process's environment, by the declared name.
-    let declared_env: std::collections::BTreeSet<String> = registry
-        .iter()
-        .filter_map(|t| t.manifest().needs_spec.as_ref()?.env.as_ref())
-        .flat_map(|env| env.keys().cloned())
-        .collect();
-    let mut builder = Kernel::builder().tools(registry);
-    for name in &declared_env {
-        if let Ok(value) = std::env::var(name) {
-            builder = builder.env(name, &value);
-        }
-    }
-    let mut builder = builder
-        .secrets(EnvSecrets)
-        .allow_unrunnable_tools(true)
-        .on_failure(match args.on_failure {
-            FailureMode::Continue => OnFailure::Continue,
-            FailureMode::SkipDependents => OnFailure::SkipDependents,
-        });
-    if let Some(n) = args.max_concurrency {
-        builder = builder.max_concurrency(n);
-    }
-    if args.proxy_from_env {
-        let http = HttpOptions::default().with_proxy_from_env(true);
-        builder = builder.synthesizer(
-            "http",
-            HttpSynthesizer::new(http).map_err(anyhow::Error::msg)?,
-        );
-        #[cfg(feature = "mcp")]
-        {
-            let egress = EgressOptions::default().with_proxy_from_env(true);
-            builder = builder.mcp_options(McpOptions::default().with_egress(egress));
-        }
-    }
+    let mut builder =
+        super::common::kernel_builder(registry, args.max_concurrency, args.proxy_from_env)?
+            .on_failure(match args.on_failure {
+                FailureMode::Continue => OnFailure::Continue,
+                FailureMode::SkipDependents => OnFailure::SkipDependents,
+            });
     if let Some(engine) = engine {
         builder = builder.authorizer(engine);
     }
@@ -216,24 +158,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         ApproveMode::None => builder.approver(RejectAll),
         ApproveMode::Prompt => builder.approver(super::policy::PromptApprover::default()),
     };
-    let log = match &args.provenance {
-        Some(p) => {
-            let mut options = LogOptions::new(match args.durability {
-                DurabilityMode::Durable => Durability::Durable,
-                DurabilityMode::Buffered => Durability::Buffered,
-            });
-            if let (Some(every), Some(key)) = (args.checkpoint_every, &args.key) {
-                let key = super::provenance::read_signer_key(key)?;
-                let mut c = CheckpointOptions::new(key, every);
-                if let Some(origin) = &args.origin {
-                    c = c.with_origin(origin);
-                }
-                options = options.with_checkpoints(c);
-            }
-            Some(std::sync::Arc::new(super::provenance::open(p, options)?))
-        }
-        None => None,
-    };
+    let log = args.log.open()?;
     if let Some(log) = &log {
         builder = builder.provenance_arc(log.clone());
     }
@@ -268,7 +193,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             outln!("{}", serde_json::to_string_pretty(&reply)?)
         }
         (RunFormat::Text, None) => out!("{}", to_text(&result)),
-        (_, None) => outln!("{}", serde_json::to_string_pretty(&to_json(&result))?),
+        (_, None) => outln!("{}", serde_json::to_string_pretty(&run_json(&result))?),
     }
     // The batch ran and is printed; a log that could not keep it is still a failure (exit 1).
     let unrecorded: Vec<&str> = result
@@ -280,6 +205,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if !unrecorded.is_empty() || log_failure.is_some() {
         let (path, why) = log_failure.unwrap_or_else(|| {
             let path = args
+                .log
                 .provenance
                 .as_deref()
                 .map(|p| p.display().to_string())
@@ -300,55 +226,6 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         )));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Milliseconds with microsecond precision.
-pub(crate) fn ms(d: Duration) -> f64 {
-    (d.as_micros() as f64) / 1000.0
-}
-
-fn result_json(r: &CallResult) -> Value {
-    let mut v = json!({
-        "id": r.id,
-        "tool": r.tool,
-        "version": r.version,
-        "status": r.status.as_str(),
-        "output": r.output,
-        "error": r.error.as_ref().map(|e| json!({"code": e.code, "message": e.message})),
-        "started_ms": r.started.map(ms),
-        "ended_ms": r.ended.map(ms),
-    });
-    if let Some(recorded) = r.recorded {
-        v["recorded"] = json!(recorded);
-    }
-    v
-}
-
-/// A `null` an OpenAI model gave for an optional property that does not take `null` is how
-/// strict mode says "absent": read so, when that makes the input valid (otherwise the input is
-/// left as it came, for the schema check to name).
-fn absent_for_null(batch: &mut sluice::kernel::Batch, registry: &ToolRegistry) {
-    for call in &mut batch.calls {
-        let Some(tool) = registry.get(&call.tool) else {
-            continue;
-        };
-        if tool.check_input(&call.input).is_ok() {
-            continue;
-        }
-        let mut input = call.input.clone();
-        strip_optional_nulls(&mut input, &Value::Object(tool.manifest().input.clone()));
-        if tool.check_input(&input).is_ok() {
-            call.input = input;
-        }
-    }
-}
-
-/// The batch result as cli.md's JSON.
-pub(crate) fn to_json(result: &BatchResult) -> Value {
-    json!({
-        "results": result.results.iter().map(result_json).collect::<Vec<_>>(),
-        "makespan_ms": ms(result.makespan),
-    })
 }
 
 /// A table of results with a small timeline.

@@ -1,0 +1,168 @@
+//! `sluice serve`: the gateway (docs/serve.md): MCP over streamable HTTP and the batch API on
+//! `--listen`, or one MCP session over stdio.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::ValueEnum;
+use sluice::kernel::authorize::{ApproveAll, RejectAll};
+use sluice::kernel::builtin::KvStore;
+use sluice::serve::{read_tokens, serve_http, serve_stdio, Gateway, GatewayOptions};
+
+use super::common::{bind_endpoints, load_tools, LogArgs};
+use super::Failure;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// A manifest file or a directory of *.json manifests (repeatable). The built-in tools are
+    /// always registered.
+    #[arg(long = "tools", num_args = 1.., action = clap::ArgAction::Append)]
+    tools: Vec<PathBuf>,
+    /// Binds an MCP endpoint to an MCP tool whose manifest names none: `ID=URI` (repeatable).
+    #[arg(long = "mcp-endpoint", value_name = "ID=URI")]
+    mcp_endpoint: Vec<String>,
+    /// Where to listen: MCP at `/mcp`, the batch API under `/v1/`, `/healthz`, `/metrics`. Port
+    /// 0 picks a free port; the first line on stdout says which.
+    #[arg(long, default_value = "127.0.0.1:7878", conflicts_with = "stdio")]
+    listen: SocketAddr,
+    /// One MCP session over standard input and output instead (as `--tenant`).
+    #[arg(long)]
+    stdio: bool,
+    /// A policy document: every access is authorized per tenant.
+    #[arg(long)]
+    policy: Option<PathBuf>,
+    /// The bearer tokens: `{"tokens": [{"sha256": "<hex>", "tenant": "acme"}]}`. Without it the
+    /// address must be a loopback one, and every request is `--tenant`.
+    #[arg(long)]
+    tokens: Option<PathBuf>,
+    /// The tenant without tokens, and of a stdio session.
+    #[arg(long, default_value = "default")]
+    tenant: String,
+    /// The provenance log and its checkpoints.
+    #[command(flatten)]
+    log: LogArgs,
+    /// Who answers asks: `none` rejects (fail closed), `all` approves.
+    #[arg(long, value_enum, default_value = "none")]
+    approve: ApproveMode,
+    /// The directory the built-in fs tools are confined to. Default: the current directory.
+    #[arg(long)]
+    root: Option<PathBuf>,
+    /// The most calls running at once (default: no cap).
+    #[arg(long)]
+    max_concurrency: Option<usize>,
+    /// The largest request body taken (413 beyond).
+    #[arg(long, value_name = "BYTES", default_value_t = 4 << 20)]
+    max_body: usize,
+    /// How long a shutdown waits for calls in flight before cancelling them.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    drain_timeout: u64,
+    /// Send HTTP tools' and MCP servers' requests through the proxy the environment names.
+    #[arg(long)]
+    proxy_from_env: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ApproveMode {
+    None,
+    All,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let tokens = match &args.tokens {
+        Some(p) => read_tokens(p).map_err(|e| Failure {
+            code: 2,
+            message: e.to_string(),
+        })?,
+        None => Default::default(),
+    };
+    if tokens.is_empty() && !args.stdio && !args.listen.ip().is_loopback() {
+        return Err(Failure {
+            code: 2,
+            message: format!(
+                "`--listen {}` is not a loopback address: without `--tokens` the gateway serves \
+                 loopback only (anyone who reaches it would run tools)",
+                args.listen
+            ),
+        }
+        .into());
+    }
+    let engine = args
+        .policy
+        .as_deref()
+        .map(super::policy::load)
+        .transpose()?;
+    let mut registry = load_tools(&args.tools, args.root.as_deref(), KvStore::new())?;
+    bind_endpoints(&mut registry, &args.mcp_endpoint)?;
+    let mut builder =
+        super::common::kernel_builder(registry, args.max_concurrency, args.proxy_from_env)?;
+    if let Some(engine) = engine {
+        builder = builder.authorizer(engine);
+    }
+    builder = match args.approve {
+        ApproveMode::All => builder.approver(ApproveAll),
+        ApproveMode::None => builder.approver(RejectAll),
+    };
+    let log = args.log.open()?;
+    if let Some(log) = &log {
+        builder = builder.provenance_arc(log.clone());
+    }
+    let runtime = tokio::runtime::Runtime::new()?;
+    let _inside = runtime.enter();
+    let kernel = builder.build()?;
+    let options = GatewayOptions::default()
+        .with_tokens(tokens)
+        .with_default_tenant(&args.tenant)
+        .with_max_body(args.max_body)
+        .with_drain_timeout(Duration::from_secs(args.drain_timeout));
+    let gateway = Arc::new(Gateway::new(kernel, options)?);
+    let served = runtime.block_on(async {
+        if args.stdio {
+            return serve_stdio(gateway.clone(), &args.tenant).await;
+        }
+        let listener = tokio::net::TcpListener::bind(args.listen).await?;
+        let addr = listener.local_addr()?;
+        outln!("listening on http://{addr}");
+        serve_http(gateway.clone(), listener, shutdown_signal()).await
+    });
+    drop(gateway);
+    if let Some(log) = &log {
+        if let Err(e) = runtime.block_on(log.flush()) {
+            eprintln!("sluice: the provenance log could not be flushed: {e}");
+        }
+    }
+    drop(_inside);
+    drop(runtime);
+    if let Some(log) = log.and_then(|l| Arc::try_unwrap(l).ok()) {
+        log.close();
+    }
+    served.map_err(|e| Failure {
+        code: 2,
+        message: format!("cannot serve: {e}"),
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}

@@ -1,0 +1,214 @@
+//! The MCP side of the gateway: rmcp's server, one [`McpSession`] per client session (streamable
+//! HTTP) or one for the process (stdio).
+
+use std::sync::{Arc, OnceLock};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, NumberOrString, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    Tool, ToolAnnotations,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{json, Map, Value};
+
+use super::{failure_text, ok_text, Gateway};
+use crate::kernel::adapters::{Api, ExportOptions};
+use crate::kernel::model::{AccessMode, EffectKind, Status};
+use crate::kernel::transport::ToolRegistry;
+use crate::kernel::CallResult;
+
+/// The tenant an HTTP request was authenticated as (put in the request's extensions by the
+/// HTTP layer before rmcp sees it).
+#[derive(Debug, Clone)]
+pub(crate) struct Tenant(pub(crate) String);
+
+/// One MCP session in front of the gateway. Its tenant is the one its first request was
+/// authenticated as; a later request of that session as another tenant is refused.
+#[derive(Debug, Clone)]
+pub struct McpSession {
+    gateway: Arc<Gateway>,
+    tenant: Arc<OnceLock<String>>,
+    /// The tenant of a session that has no HTTP layer (stdio).
+    fixed: Option<String>,
+}
+
+impl McpSession {
+    /// A session whose tenant comes from each request's authentication (streamable HTTP).
+    pub fn new(gateway: Arc<Gateway>) -> Self {
+        McpSession {
+            gateway,
+            tenant: Arc::new(OnceLock::new()),
+            fixed: None,
+        }
+    }
+
+    /// A session of one tenant (stdio).
+    pub fn of_tenant(gateway: Arc<Gateway>, tenant: &str) -> Self {
+        McpSession {
+            gateway,
+            tenant: Arc::new(OnceLock::new()),
+            fixed: Some(tenant.to_owned()),
+        }
+    }
+
+    fn tenant(&self, ctx: &RequestContext<RoleServer>) -> Result<String, ErrorData> {
+        if let Some(t) = &self.fixed {
+            return Ok(t.clone());
+        }
+        let asked = ctx
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.extensions.get::<Tenant>())
+            .map(|t| t.0.clone())
+            .ok_or_else(|| ErrorData::internal_error("the request carries no tenant", None))?;
+        let bound = self.tenant.get_or_init(|| asked.clone());
+        if *bound != asked {
+            return Err(ErrorData::invalid_request(
+                "this session belongs to another tenant",
+                None,
+            ));
+        }
+        Ok(asked)
+    }
+}
+
+/// serve.md's annotations, from the tool's effects (never from a downstream server's hints).
+fn annotations(t: &crate::kernel::transport::Tool) -> ToolAnnotations {
+    let m = t.manifest();
+    let kinds: Vec<EffectKind> = m.effects().iter().map(|e| e.kind).collect();
+    let read_only = t.access_plan().is_read_only();
+    let declares_changes = m
+        .effects()
+        .iter()
+        .any(|e| e.kind.mode() == AccessMode::Write);
+    let remote = m.spec.is_some() || m.mcp_endpoint.is_some();
+    let mut a = ToolAnnotations::default();
+    a.read_only_hint = Some(read_only);
+    a.destructive_hint = Some(
+        !read_only
+            && (kinds.iter().any(|k| {
+                matches!(
+                    k,
+                    EffectKind::Writes | EffectKind::Deletes | EffectKind::ExternalSideEffect
+                )
+            }) || !declares_changes),
+    );
+    a.idempotent_hint = Some(false);
+    a.open_world_hint = Some(
+        remote
+            || kinds.iter().any(|k| {
+                matches!(
+                    k,
+                    EffectKind::Network
+                        | EffectKind::ExternalSideEffect
+                        | EffectKind::SensitiveDataEgress
+                )
+            }),
+    );
+    a
+}
+
+/// The MCP tools of a registry, as `sluice tools --format mcp` names and describes them, with
+/// serve.md's annotations.
+pub(crate) fn mcp_tools(gateway: &Gateway) -> Vec<Tool> {
+    let registry: &ToolRegistry = gateway.kernel().tools();
+    let exported = Api::Mcp.export(registry, gateway.names(), &ExportOptions::default());
+    exported
+        .definitions
+        .into_iter()
+        .filter_map(|d| {
+            let name = d.get("name")?.as_str()?.to_owned();
+            let tool = registry.get(&gateway.names().id(&name))?;
+            let object = |v: Option<&Value>| -> Option<Arc<Map<String, Value>>> {
+                v.and_then(Value::as_object).cloned().map(Arc::new)
+            };
+            let mut t = Tool::new(
+                name,
+                tool.manifest().description.as_str().to_owned(),
+                object(d.get("inputSchema")).unwrap_or_default(),
+            );
+            t.output_schema = object(d.get("outputSchema"));
+            t.annotations = Some(annotations(tool));
+            Some(t)
+        })
+        .collect()
+}
+
+/// A finished call as an MCP result (serve.md): `ok` is `structuredContent` plus its JSON as
+/// text; anything else `isError` with one text block naming the status and the code.
+pub(crate) fn to_mcp(r: &CallResult) -> CallToolResult {
+    match (r.status, &r.output) {
+        (Status::Ok, Some(out)) => {
+            let mut res = CallToolResult::success(vec![ContentBlock::text(ok_text(r))]);
+            if out.is_object() {
+                res.structured_content = Some(out.clone());
+            }
+            res
+        }
+        (Status::Ok, None) => CallToolResult::success(vec![ContentBlock::text("null")]),
+        _ => CallToolResult::error(vec![ContentBlock::text(failure_text(r))]),
+    }
+}
+
+impl ServerHandler for McpSession {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        info.server_info = Implementation::new("sluice", env!("CARGO_PKG_VERSION"));
+        info.instructions = Some(
+            "Sluice runs each tool call the moment the calls it conflicts with have finished."
+                .into(),
+        );
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        self.tenant(&ctx)?;
+        Ok(ListToolsResult::with_all_items(mcp_tools(&self.gateway)))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let tenant = self.tenant(&ctx)?;
+        if self.gateway.is_draining() {
+            return Err(ErrorData::internal_error(
+                "the gateway is shutting down: no new calls",
+                Some(json!({"code": "shutting-down"})),
+            ));
+        }
+        let id = match &ctx.id {
+            NumberOrString::Number(n) => n.to_string(),
+            NumberOrString::String(s) => s.to_string(),
+        };
+        let args = Value::Object(request.arguments.clone().unwrap_or_default());
+        match self
+            .gateway
+            .call(&tenant, &id, &request.name, args, ctx.ct.clone())
+            .await
+        {
+            Some(r) => Ok(to_mcp(&r).into()),
+            None => Err(ErrorData::invalid_params(
+                format!("no tool `{}` is registered", request.name),
+                Some(json!({"tool": request.name})),
+            )),
+        }
+    }
+}
+
+/// Serves one MCP session over stdin and stdout as `tenant` until the client closes it.
+pub async fn serve_stdio(gateway: Arc<Gateway>, tenant: &str) -> std::io::Result<()> {
+    let session = McpSession::of_tenant(gateway, tenant);
+    let running = session
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(std::io::Error::other)?;
+    running.waiting().await.map_err(std::io::Error::other)?;
+    Ok(())
+}

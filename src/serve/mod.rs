@@ -1,0 +1,390 @@
+//! `sluice serve`: the gateway. One kernel — its tools, each tenant's conflict domain, the
+//! policy and the provenance log — behind an MCP server (streamable HTTP at `/mcp`, or stdio) and
+//! a small HTTP batch API (`/v1/run`, `/v1/plan`, `/v1/tools`), with `/healthz` and `/metrics`.
+//!
+//! Every MCP `tools/call` is one call, submitted into its tenant's conflict domain when it
+//! arrives: conflicting calls, from any session of the tenant and from the batch API, run one
+//! after another in arrival order; the rest run at once. Tenants come from bearer tokens (their
+//! sha256 in a token file), or are the one default tenant on a loopback address.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use sluice::kernel::{builtin, Kernel};
+//! use sluice::serve::{Gateway, GatewayOptions};
+//!
+//! # async fn run() -> std::io::Result<()> {
+//! let kernel = Kernel::builder()
+//!     .tools(builtin::registry(builtin::BuiltinConfig::default()).unwrap())
+//!     .build()
+//!     .unwrap();
+//! let gateway = Arc::new(Gateway::new(kernel, GatewayOptions::default()).unwrap());
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! sluice::serve::serve_http(gateway, listener, std::future::pending()).await
+//! # }
+//! ```
+
+mod http;
+mod mcp;
+mod metrics;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+pub use http::serve_http;
+pub use mcp::{serve_stdio, McpSession};
+pub use metrics::Metrics;
+
+use crate::kernel::adapters::{result_text, ToolNames};
+use crate::kernel::authorize::DecidedBy;
+use crate::kernel::model::{Call, Status};
+use crate::kernel::run::Kernel;
+use crate::kernel::CallResult;
+
+/// Why the gateway could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The token file is unreadable or malformed.
+    #[error("the token file {path}: {why}")]
+    Tokens {
+        /// The file.
+        path: String,
+        /// What is wrong, with the JSON pointer where there is one.
+        why: String,
+    },
+    /// The tools' names collide.
+    #[error(transparent)]
+    Kernel(#[from] crate::kernel::Error),
+}
+
+/// How the gateway serves.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct GatewayOptions {
+    /// sha256 (lowercase hex) of each bearer token -> its tenant. Empty: no tokens, every
+    /// request is `default_tenant` (loopback only; the CLI enforces that).
+    pub tokens: HashMap<String, String>,
+    /// The tenant of every request when there are no tokens, and of a stdio session.
+    pub default_tenant: String,
+    /// The largest request body taken (413 beyond; default 4 MiB).
+    pub max_body: usize,
+    /// How long a drain waits for calls in flight before cancelling them (default 30 s).
+    pub drain_timeout: Duration,
+}
+
+impl Default for GatewayOptions {
+    fn default() -> Self {
+        GatewayOptions {
+            tokens: HashMap::new(),
+            default_tenant: "default".into(),
+            max_body: 4 << 20,
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl GatewayOptions {
+    /// Sets the tokens (sha256 hex -> tenant).
+    pub fn with_tokens(mut self, tokens: HashMap<String, String>) -> Self {
+        self.tokens = tokens;
+        self
+    }
+
+    /// Sets the default tenant.
+    pub fn with_default_tenant(mut self, tenant: &str) -> Self {
+        self.default_tenant = tenant.to_owned();
+        self
+    }
+
+    /// Sets the body limit.
+    pub fn with_max_body(mut self, bytes: usize) -> Self {
+        self.max_body = bytes;
+        self
+    }
+
+    /// Sets the drain timeout.
+    pub fn with_drain_timeout(mut self, d: Duration) -> Self {
+        self.drain_timeout = d;
+        self
+    }
+}
+
+/// Reads a token file: `{"tokens": [{"sha256": "<hex>", "tenant": "acme"}]}`.
+pub fn read_tokens(path: &std::path::Path) -> Result<HashMap<String, String>, ServeError> {
+    let fail = |why: String| ServeError::Tokens {
+        path: path.display().to_string(),
+        why,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    let doc: Value = serde_json::from_str(&text).map_err(|e| fail(format!("not JSON: {e}")))?;
+    let list = doc
+        .get("tokens")
+        .and_then(Value::as_array)
+        .ok_or_else(|| fail("`/tokens` must be an array".into()))?;
+    let mut out = HashMap::new();
+    for (i, t) in list.iter().enumerate() {
+        let hash = t.get("sha256").and_then(Value::as_str).unwrap_or("");
+        let tenant = t.get("tenant").and_then(Value::as_str).unwrap_or("");
+        if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(fail(format!(
+                "`/tokens/{i}/sha256` must be the 64 hex digits of the token's sha256 (the file \
+                 never holds a token in the clear)"
+            )));
+        }
+        if tenant.is_empty() {
+            return Err(fail(format!(
+                "`/tokens/{i}/tenant` must be a non-empty string"
+            )));
+        }
+        out.insert(hash.to_ascii_lowercase(), tenant.to_owned());
+    }
+    Ok(out)
+}
+
+/// The lowercase hex sha256 of a token, as the token file holds it.
+pub fn token_hash(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+/// The gateway's state, shared by every connection and session.
+#[derive(Debug)]
+pub struct Gateway {
+    kernel: Kernel,
+    names: ToolNames,
+    options: GatewayOptions,
+    metrics: Metrics,
+    draining: AtomicBool,
+    in_flight: AtomicUsize,
+    idle: Notify,
+    /// Cancelled when a drain gives up waiting: every call still running is cancelled.
+    abort: CancellationToken,
+}
+
+impl Gateway {
+    /// A gateway in front of `kernel`.
+    pub fn new(kernel: Kernel, options: GatewayOptions) -> Result<Self, ServeError> {
+        let names = ToolNames::new(kernel.tools())?;
+        Ok(Gateway {
+            kernel,
+            names,
+            options,
+            metrics: Metrics::new(),
+            draining: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+            idle: Notify::new(),
+            abort: CancellationToken::new(),
+        })
+    }
+
+    /// The kernel.
+    pub fn kernel(&self) -> &Kernel {
+        &self.kernel
+    }
+
+    /// The options.
+    pub fn options(&self) -> &GatewayOptions {
+        &self.options
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The tenant of a bearer token (`None`: no such token). Without tokens, every request is
+    /// the default tenant.
+    pub fn tenant_of(&self, authorization: Option<&str>) -> Option<String> {
+        if self.options.tokens.is_empty() {
+            return Some(self.options.default_tenant.clone());
+        }
+        let token = authorization?.strip_prefix("Bearer ")?.trim();
+        self.options.tokens.get(&token_hash(token)).cloned()
+    }
+
+    /// Whether a drain has begun (new work is refused).
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Stops taking new work, waits up to the drain timeout for the calls in flight, then
+    /// cancels the rest and waits for them to end.
+    pub async fn drain(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+        let quiet = async {
+            loop {
+                let notified = self.idle.notified();
+                if self.in_flight.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        if tokio::time::timeout(self.options.drain_timeout, quiet)
+            .await
+            .is_err()
+        {
+            tracing::warn!("drain timeout: cancelling the calls still in flight");
+            self.abort.cancel();
+            loop {
+                let notified = self.idle.notified();
+                if self.in_flight.load(Ordering::SeqCst) == 0 {
+                    break;
+                }
+                notified.await;
+            }
+        }
+    }
+
+    /// Counts a unit of work in flight until the guard drops.
+    fn enter(&self) -> InFlight<'_> {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        InFlight(self)
+    }
+
+    /// Runs one MCP `tools/call` as its own batch in the tenant's conflict domain. `name` is the
+    /// MCP tool name; `None` when no tool has it (the caller answers -32602).
+    pub async fn call(
+        &self,
+        tenant: &str,
+        call_id: &str,
+        name: &str,
+        arguments: Value,
+        cancel: CancellationToken,
+    ) -> Option<CallResult> {
+        let tool = self.mcp_tool(name)?;
+        let batch = match crate::kernel::Batch::new(
+            tenant,
+            vec![Call::new(call_id, tool.clone(), arguments)],
+        ) {
+            Ok(b) => b,
+            Err(e) => return Some(internal(call_id, &tool, e.to_string())),
+        };
+        match self.run_batch(batch, cancel).await {
+            Ok(mut result) => result.results.pop(),
+            Err(e) => Some(internal(call_id, &tool, e.to_string())),
+        }
+    }
+
+    /// Runs a batch in its tenant's conflict domain, counted in flight and in the metrics;
+    /// `cancel` (a client's cancellation) or a drain that gives up cancels it.
+    pub async fn run_batch(
+        &self,
+        batch: crate::kernel::Batch,
+        cancel: CancellationToken,
+    ) -> crate::kernel::Result<crate::kernel::BatchResult> {
+        let _flight = self.enter();
+        let tenant = batch.tenant.clone();
+        for _ in &batch.calls {
+            self.metrics.started(&tenant);
+        }
+        let handle = self.kernel.submit(batch)?;
+        let batch_cancel = handle.cancellation_token();
+        let abort = self.abort.clone();
+        let watcher = tokio::spawn(async move {
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                _ = abort.cancelled() => {}
+            }
+            batch_cancel.cancel();
+        });
+        let result = handle.finish().await;
+        watcher.abort();
+        for r in &result.results {
+            self.metrics.observe(&tenant, r);
+        }
+        Ok(result)
+    }
+
+    /// The tool (`id` or `id@version`) an MCP tool name names, if any.
+    pub fn mcp_tool(&self, name: &str) -> Option<String> {
+        let key = self.names.id(name);
+        self.kernel.tools().get(&key).map(|_| key)
+    }
+
+    /// The names table of the registered tools.
+    pub fn names(&self) -> &ToolNames {
+        &self.names
+    }
+}
+
+/// A unit of work in flight; dropping it may wake a drain.
+struct InFlight<'a>(&'a Gateway);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+fn internal(call_id: &str, tool: &str, why: String) -> CallResult {
+    CallResult {
+        id: call_id.to_owned(),
+        tool: tool.to_owned(),
+        version: None,
+        status: Status::Error,
+        output: None,
+        error: Some(crate::kernel::model::CallError::new("internal", why)),
+        started: None,
+        ended: None,
+        authorization: None,
+        approver: None,
+        recorded: None,
+    }
+}
+
+/// The text block of a call that did not end `ok`, as serve.md spells it: the status (or, for
+/// an `error`, its code), what is behind it in parentheses (the rule or approver of a refusal,
+/// the JSON pointer of an invalid input, the code of a timeout), then the message.
+pub fn failure_text(r: &CallResult) -> String {
+    let (code, message) = match &r.error {
+        Some(e) => (e.code.as_str(), e.message.as_str()),
+        None => ("", ""),
+    };
+    let lead = if r.status == Status::Error && !code.is_empty() {
+        code.to_owned()
+    } else {
+        r.status.to_string()
+    };
+    let detail = match (r.status, code) {
+        (Status::Denied | Status::Rejected, _) => match (&r.authorization, &r.approver) {
+            (_, Some(approver)) if r.status == Status::Rejected => Some(approver.clone()),
+            (Some(a), _) => Some(match &a.by {
+                DecidedBy::Rule(id) => id.to_string(),
+                other => other.to_string(),
+            }),
+            _ => None,
+        },
+        (_, "invalid-input") => message
+            .split_once("fails its schema at `")
+            .and_then(|(_, rest)| rest.split_once('`'))
+            .map(|(pointer, _)| pointer.to_owned()),
+        (Status::Error | Status::Cancelled, _) => None,
+        (_, c) if !c.is_empty() && c != lead => Some(c.to_owned()),
+        _ => None,
+    };
+    match detail {
+        Some(d) if !d.is_empty() => format!("{lead} ({d}): {message}"),
+        _ => format!("{lead}: {message}"),
+    }
+}
+
+/// An `ok` call's text block: its output as JSON.
+pub fn ok_text(r: &CallResult) -> String {
+    result_text(r)
+}
+
+/// The JSON error body of the batch API: `{"error": {"code", "message", "pointer"?}}`.
+pub fn error_body(code: &str, message: &str, pointer: Option<&str>) -> Value {
+    let mut e = json!({"code": code, "message": message});
+    if let Some(p) = pointer {
+        e["pointer"] = json!(p);
+    }
+    json!({"error": e})
+}

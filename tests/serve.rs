@@ -1,0 +1,408 @@
+//! `sluice serve`, the gateway, as a process: MCP clients (rmcp's, over streamable HTTP and
+//! stdio) in several sessions, the batch API, tokens and tenants, `/healthz` and `/metrics`, bad
+//! input, and a drain on SIGTERM that leaves a provenance log that verifies.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation};
+use rmcp::service::RunningService;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{json, Value};
+use support::temp_dir;
+
+/// A running gateway; killed when dropped.
+struct Gateway {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `sluice serve --listen 127.0.0.1:0 <args>` and reads the address it prints first.
+fn start(args: &[&str]) -> Gateway {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("sluice serve starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let base = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("the first line names the address: {line:?}"))
+        .to_owned();
+    Gateway { child, base }
+}
+
+async fn mcp_client(url: &str, token: Option<&str>) -> RunningService<RoleClient, ClientConfig> {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url);
+    if let Some(t) = token {
+        config = config.auth_header(t);
+    }
+    let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
+    ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("sluice-test", "1.0.0"),
+    )
+    .serve(transport)
+    .await
+    .expect("the MCP handshake succeeds")
+}
+
+fn args(v: Value) -> serde_json::Map<String, Value> {
+    v.as_object().unwrap().clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mcp_sessions_share_the_tenants_conflict_order() {
+    let g = start(&[]);
+    let url = format!("{}/mcp", g.base);
+    let a = mcp_client(&url, None).await;
+    let b = mcp_client(&url, None).await;
+
+    let tools = a.list_all_tools().await.unwrap();
+    let incr = tools.iter().find(|t| t.name == "sluice.kv.incr").unwrap();
+    let ann = incr.annotations.as_ref().unwrap();
+    assert_eq!(ann.read_only_hint, Some(false));
+    assert_eq!(ann.destructive_hint, Some(true));
+    assert_eq!(ann.idempotent_hint, Some(false));
+    let get = tools.iter().find(|t| t.name == "sluice.kv.get").unwrap();
+    assert_eq!(get.annotations.as_ref().unwrap().read_only_hint, Some(true));
+
+    // Twenty increments of one key from two sessions at once: each waits for the one before
+    // (an unordered pair would lose an update: incr waits between its read and its write).
+    let mut calls = Vec::new();
+    for i in 0..20 {
+        let peer = if i % 2 == 0 {
+            a.peer().clone()
+        } else {
+            b.peer().clone()
+        };
+        calls.push(tokio::spawn(async move {
+            peer.call_tool(
+                CallToolRequestParams::new("sluice.kv.incr")
+                    .with_arguments(args(json!({"key": "shared", "delay_ms": 5}))),
+            )
+            .await
+        }));
+    }
+    for c in calls {
+        let r = c.await.unwrap().unwrap();
+        assert_ne!(r.is_error, Some(true), "{r:?}");
+    }
+    let r = a
+        .call_tool(
+            CallToolRequestParams::new("sluice.kv.get")
+                .with_arguments(args(json!({"key": "shared"}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.structured_content.unwrap()["value"], 20, "no update lost");
+
+    // An invalid argument is a result the model can read; an unknown tool is -32602.
+    let bad = a
+        .call_tool(
+            CallToolRequestParams::new("sluice.kv.get").with_arguments(args(json!({"key": 5}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(bad.is_error, Some(true));
+    let text = serde_json::to_value(&bad.content).unwrap()[0]["text"].clone();
+    assert!(
+        text.as_str().unwrap().starts_with("invalid-input (/key):"),
+        "{text}"
+    );
+    let unknown = a
+        .call_tool(CallToolRequestParams::new("no.such.tool"))
+        .await
+        .unwrap_err();
+    let msg = unknown.to_string();
+    assert!(
+        msg.contains("-32602") || msg.contains("no tool `no.such.tool`"),
+        "{msg}"
+    );
+    a.cancel().await.unwrap();
+    b.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_name_tenants_and_the_batch_api_speaks_the_clis_shapes() {
+    let dir = temp_dir("serve-tokens");
+    let tokens = dir.join("tokens.json");
+    std::fs::write(
+        &tokens,
+        json!({"tokens": [
+            {"sha256": sluice::serve::token_hash("alpha-secret"), "tenant": "alpha"},
+            {"sha256": sluice::serve::token_hash("beta-secret"), "tenant": "beta"}]})
+        .to_string(),
+    )
+    .unwrap();
+    let g = start(&["--tokens", tokens.to_str().unwrap(), "--max-body", "2000"]);
+    let http = reqwest::Client::new();
+    let post = |path: &str, token: Option<&str>, body: String| {
+        let mut r = http
+            .post(format!("{}{path}", g.base))
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        r.send()
+    };
+
+    // No token, a wrong one: 401 and nothing runs. /healthz needs none.
+    let batch = json!({"calls": [{"id": "w", "tool": "sluice.kv.put",
+                                  "input": {"key": "k", "value": "alpha's"}}]});
+    let r = post("/v1/run", None, batch.to_string()).await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"]["code"],
+        "unauthorized"
+    );
+    let r = post("/v1/run", Some("nope"), batch.to_string())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = http
+        .get(format!("{}/healthz", g.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mcp = reqwest::Client::new()
+        .post(format!("{}/mcp", g.base))
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(mcp.status(), 401, "MCP is authenticated too");
+
+    // The batch API: cli.md's JSON; a tenant's writes are not the other's.
+    let r = post("/v1/run", Some("alpha-secret"), batch.to_string())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["results"][0]["status"], "ok");
+    assert_eq!(v["results"][0]["version"], "1.0.0");
+    assert!(v["makespan_ms"].is_number());
+    // The built-in store is one per process; tenants are separate conflict domains. The other
+    // tenant's batch naming alpha is refused.
+    let foreign = json!({"tenant": "alpha", "calls": []});
+    let r = post("/v1/run", Some("beta-secret"), foreign.to_string())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+
+    // Model-API shapes in and out.
+    let msg = json!({"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function",
+        "function": {"name": "sluice__kv__get", "arguments": "{\"key\": \"k\"}"}}]});
+    let r = post(
+        "/v1/run?batch-format=openai&format=openai",
+        Some("alpha-secret"),
+        msg.to_string(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v[0]["tool_call_id"], "call_1");
+    assert!(v[0]["content"].as_str().unwrap().contains("alpha's"), "{v}");
+
+    // Plan and tools, as the CLI prints them.
+    let plan = json!({"calls": [
+        {"id": "a", "tool": "sluice.kv.put", "input": {"key": "x", "value": 1}},
+        {"id": "b", "tool": "sluice.kv.get", "input": {"key": "x"}}]});
+    let r = post("/v1/plan", Some("beta-secret"), plan.to_string())
+        .await
+        .unwrap();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["tenant"], "beta");
+    assert_eq!(v["edges"][0]["kind"], "read-after-write");
+    let r = http
+        .get(format!("{}/v1/tools?format=openai", g.base))
+        .bearer_auth("beta-secret")
+        .send()
+        .await
+        .unwrap();
+    let v: Value = r.json().await.unwrap();
+    assert!(v
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["function"]["name"] == "sluice__kv__get"));
+
+    // Bad input: each gets its own status and a JSON error; none of it runs anything.
+    let cases: Vec<(&str, String, &str, u16)> = vec![
+        ("/v1/run", "{not json".into(), "application/json", 400),
+        (
+            "/v1/run",
+            json!({"calls": [{"id": "x", "tool": "t"}, {"id": "x", "tool": "t"}]}).to_string(),
+            "application/json",
+            400,
+        ),
+        ("/v1/run", "x".repeat(5000), "application/json", 413),
+        ("/v1/run", batch.to_string(), "text/plain", 415),
+        ("/v1/nothing", "{}".into(), "application/json", 404),
+        (
+            "/v1/run?batch-format=klingon",
+            batch.to_string(),
+            "application/json",
+            400,
+        ),
+    ];
+    for (path, body, ct, status) in cases {
+        let r = http
+            .post(format!("{}{path}", g.base))
+            .bearer_auth("alpha-secret")
+            .header("content-type", ct)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), status, "{path} {ct}");
+        let v: Value = r.json().await.unwrap();
+        assert!(
+            v["error"]["code"].is_string() && v["error"]["message"].is_string(),
+            "{v}"
+        );
+    }
+
+    // The metrics count the calls per tenant, tool and status.
+    let m = http
+        .get(format!("{}/metrics", g.base))
+        .bearer_auth("alpha-secret")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        m.contains(r#"sluice_calls_total{tenant="alpha",tool="sluice.kv.put",status="ok"} 1"#),
+        "{m}"
+    );
+    assert!(m.contains("sluice_call_wait_seconds_bucket"), "{m}");
+    assert!(m.contains("sluice_calls_in_flight"), "{m}");
+}
+
+#[test]
+fn without_tokens_only_loopback_is_served() {
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--listen", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a loopback address"), "{err}");
+    let dir = temp_dir("serve-bad-tokens");
+    let f = dir.join("tokens.json");
+    std::fs::write(
+        &f,
+        r#"{"tokens": [{"sha256": "plain-token", "tenant": "a"}]}"#,
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--tokens", f.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/tokens/0/sha256"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_serves_one_session() {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
+    cmd.args(["serve", "--stdio", "--tenant", "solo"]);
+    let transport = TokioChildProcess::new(cmd).unwrap();
+    let client = ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("sluice-test", "1.0.0"),
+    )
+    .serve(transport)
+    .await
+    .unwrap();
+    let tools = client.list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "sluice.echo"));
+    let r = client
+        .call_tool(CallToolRequestParams::new("sluice.echo").with_arguments(args(json!({"hi": 1}))))
+        .await
+        .unwrap();
+    assert_eq!(r.structured_content.unwrap(), json!({"hi": 1}));
+    client.cancel().await.unwrap();
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_and_the_log_verifies() {
+    let dir = temp_dir("serve-drain");
+    let log = dir.join("log.jsonl");
+    let mut g = start(&[
+        "--provenance",
+        log.to_str().unwrap(),
+        "--drain-timeout",
+        "10",
+    ]);
+    let http = reqwest::Client::new();
+    // A call in flight when the signal comes finishes; a request after it gets 503.
+    let slow = {
+        let url = format!("{}/v1/run", g.base);
+        let http = http.clone();
+        tokio::spawn(async move {
+            http.post(url)
+                .header("content-type", "application/json")
+                .body(
+                    json!({"calls": [{"id": "s", "tool": "sluice.sleep", "input": {"ms": 600}}]})
+                        .to_string(),
+                )
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let pid = g.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let late = http
+        .post(format!("{}/v1/run", g.base))
+        .header("content-type", "application/json")
+        .body(json!({"calls": []}).to_string())
+        .send()
+        .await;
+    if let Ok(r) = late {
+        assert_eq!(r.status(), 503);
+    }
+    let v = slow.await.unwrap();
+    assert_eq!(v["results"][0]["status"], "ok", "{v}");
+    let status = g.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let verify = support::sluice(&["provenance", "verify", log.to_str().unwrap()], None, None);
+    assert_eq!(verify.code, 0, "{}", verify.stderr);
+    // Keep Drop from killing an exited process twice.
+    g.child = Command::new("true").spawn().unwrap();
+}

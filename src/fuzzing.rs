@@ -328,6 +328,7 @@ fn sample_log(times: [f64; 2]) -> (Vec<u8>, Vec<Vec<u8>>) {
             batch: format!("b{i}"),
             calls: vec![format!("c{i}")],
             ended_at_ms: times[1],
+            origin: None,
             started_at_ms: times[0],
             tenant: "t".into(),
         });

@@ -245,6 +245,7 @@ fn sample_log(dir: &std::path::Path, n: usize) -> std::path::PathBuf {
                 calls: vec![],
                 started_at_ms: 0.0,
                 ended_at_ms: 1.0,
+                origin: None,
             })),
         );
     }
@@ -621,6 +622,7 @@ async fn non_finite_times_never_make_a_log_unreadable() {
             calls: vec![],
             started_at_ms: s,
             ended_at_ms: e,
+            origin: None,
         })
     };
     for (s, e) in [(f64::NAN, 1.0), (f64::INFINITY, f64::NEG_INFINITY)] {

@@ -70,7 +70,14 @@ fn args(v: Value) -> serde_json::Map<String, Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mcp_sessions_share_the_tenants_conflict_order() {
-    let g = start(&[]);
+    let dir = temp_dir("serve-mcp");
+    let log = dir.join("log.jsonl");
+    let g = start(&[
+        "--provenance",
+        log.to_str().unwrap(),
+        "--durability",
+        "durable",
+    ]);
     let url = format!("{}/mcp", g.base);
     let a = mcp_client(&url, None).await;
     let b = mcp_client(&url, None).await;
@@ -138,6 +145,26 @@ async fn mcp_sessions_share_the_tenants_conflict_order() {
     );
     a.cancel().await.unwrap();
     b.cancel().await.unwrap();
+
+    // Each MCP call is its own batch, and its record names the transport, session and client.
+    let batch_records: Vec<Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| l["record"]["type"] == "batch" || l["record"].get("calls").is_some())
+        .map(|l| l["record"].clone())
+        .collect();
+    assert!(batch_records.len() >= 21, "{}", batch_records.len());
+    let origin = &batch_records[0]["origin"];
+    assert_eq!(origin["transport"], "mcp", "{origin}");
+    assert_eq!(origin["client"], "sluice-test");
+    assert_eq!(origin["client_version"], "1.0.0");
+    assert!(origin["session"].is_string(), "{origin}");
+    let sessions: std::collections::HashSet<String> = batch_records
+        .iter()
+        .filter_map(|r| r["origin"]["session"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(sessions.len(), 2, "two sessions: {sessions:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -403,6 +430,8 @@ async fn sigterm_drains_and_the_log_verifies() {
     assert_eq!(status.code(), Some(0));
     let verify = support::sluice(&["provenance", "verify", log.to_str().unwrap()], None, None);
     assert_eq!(verify.code, 0, "{}", verify.stderr);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains(r#""origin":{"transport":"http"}"#), "{text}");
     // Keep Drop from killing an exited process twice.
     g.child = Command::new("true").spawn().unwrap();
 }

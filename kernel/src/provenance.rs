@@ -98,11 +98,32 @@ pub struct BatchRecord {
     /// NaN, so the log never holds what its reader refuses).
     #[serde(deserialize_with = "f64_or_null")]
     pub ended_at_ms: f64,
+    /// Where the batch came from, when a front end says so (the gateway: its transport, MCP
+    /// session and client).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<BatchOrigin>,
     /// Start, unix time in milliseconds (as `ended_at_ms`).
     #[serde(deserialize_with = "f64_or_null")]
     pub started_at_ms: f64,
     /// The tenant.
     pub tenant: String,
+}
+
+/// Where a batch came from (fields in sorted order: records serialize straight to canonical
+/// JSON).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchOrigin {
+    /// The client's name as it declared itself (MCP `clientInfo.name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+    /// The client's version as it declared it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_version: Option<String>,
+    /// The MCP session id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// `mcp` or `http` (the batch API); free text for other front ends.
+    pub transport: String,
 }
 
 /// A time that JSON wrote as null (it was not finite) reads back as NaN.

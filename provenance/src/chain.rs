@@ -385,6 +385,7 @@ mod tests {
             calls: vec!["c".into()],
             started_at_ms: 1.5,
             ended_at_ms: 2.0,
+            origin: None,
         });
         let l = line(7, GENESIS, &r);
         let v: Value = serde_json::from_str(&l).unwrap();

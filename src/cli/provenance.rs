@@ -412,6 +412,7 @@ fn soak(file: &Path, count: Option<u64>, buffered: bool) -> anyhow::Result<ExitC
                     calls: vec![format!("c{i}")],
                     started_at_ms: i as f64,
                     ended_at_ms: i as f64 + 1.0,
+                    origin: None,
                 });
                 pending.push_back(log.append(r));
             }

@@ -22,6 +22,7 @@ use super::{error_body, Gateway};
 use crate::kernel::access::Normalizers;
 use crate::kernel::adapters::{Api, ExportOptions, IngestOptions};
 use crate::kernel::order::Plan;
+use crate::kernel::provenance::BatchOrigin;
 use crate::kernel::Batch;
 use crate::report;
 
@@ -369,7 +370,14 @@ async fn run(gateway: &Gateway, tenant: &str, query: Option<&str>, doc: &Value) 
             Err(e) => return batch_error(e),
         },
     };
-    let result = match gateway.run_batch(batch, CancellationToken::new()).await {
+    let origin = BatchOrigin {
+        transport: "http".into(),
+        ..BatchOrigin::default()
+    };
+    let result = match gateway
+        .run_batch(batch, origin, CancellationToken::new())
+        .await
+    {
         Ok(r) => r,
         Err(e) => return batch_error(e),
     };

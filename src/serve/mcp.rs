@@ -15,6 +15,7 @@ use serde_json::{json, Map, Value};
 use super::{failure_text, ok_text, Gateway};
 use crate::kernel::adapters::{Api, ExportOptions};
 use crate::kernel::model::{AccessMode, EffectKind, Status};
+use crate::kernel::provenance::BatchOrigin;
 use crate::kernel::transport::ToolRegistry;
 use crate::kernel::CallResult;
 
@@ -188,9 +189,21 @@ impl ServerHandler for McpSession {
             NumberOrString::String(s) => s.to_string(),
         };
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
+        let client = ctx.peer.peer_info();
+        let origin = BatchOrigin {
+            transport: "mcp".into(),
+            session: ctx
+                .extensions
+                .get::<http::request::Parts>()
+                .and_then(|p| p.headers.get("mcp-session-id"))
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            client: client.as_ref().map(|c| c.client_info.name.clone()),
+            client_version: client.as_ref().map(|c| c.client_info.version.clone()),
+        };
         match self
             .gateway
-            .call(&tenant, &id, &request.name, args, ctx.ct.clone())
+            .call(&tenant, &id, &request.name, args, origin, ctx.ct.clone())
             .await
         {
             Some(r) => Ok(to_mcp(&r).into()),

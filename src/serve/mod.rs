@@ -43,7 +43,8 @@ pub use metrics::Metrics;
 use crate::kernel::adapters::{result_text, ToolNames};
 use crate::kernel::authorize::DecidedBy;
 use crate::kernel::model::{Call, Status};
-use crate::kernel::run::Kernel;
+use crate::kernel::provenance::BatchOrigin;
+use crate::kernel::run::{BatchOptions, Kernel};
 use crate::kernel::CallResult;
 
 /// Why the gateway could not be set up.
@@ -247,13 +248,15 @@ impl Gateway {
     }
 
     /// Runs one MCP `tools/call` as its own batch in the tenant's conflict domain. `name` is the
-    /// MCP tool name; `None` when no tool has it (the caller answers -32602).
+    /// MCP tool name; `None` when no tool has it (the caller answers -32602). A submission the
+    /// kernel refuses is an `internal` result.
     pub async fn call(
         &self,
         tenant: &str,
         call_id: &str,
         name: &str,
         arguments: Value,
+        origin: BatchOrigin,
         cancel: CancellationToken,
     ) -> Option<CallResult> {
         let tool = self.mcp_tool(name)?;
@@ -264,17 +267,19 @@ impl Gateway {
             Ok(b) => b,
             Err(e) => return Some(internal(call_id, &tool, e.to_string())),
         };
-        match self.run_batch(batch, cancel).await {
+        match self.run_batch(batch, origin, cancel).await {
             Ok(mut result) => result.results.pop(),
             Err(e) => Some(internal(call_id, &tool, e.to_string())),
         }
     }
 
-    /// Runs a batch in its tenant's conflict domain, counted in flight and in the metrics;
-    /// `cancel` (a client's cancellation) or a drain that gives up cancels it.
+    /// Runs a batch in its tenant's conflict domain, counted in flight and in the metrics, its
+    /// provenance batch record naming `origin`; `cancel` (a client's cancellation) or a drain
+    /// that gives up cancels it.
     pub async fn run_batch(
         &self,
         batch: crate::kernel::Batch,
+        origin: BatchOrigin,
         cancel: CancellationToken,
     ) -> crate::kernel::Result<crate::kernel::BatchResult> {
         let _flight = self.enter();
@@ -282,7 +287,13 @@ impl Gateway {
         for _ in &batch.calls {
             self.metrics.started(&tenant);
         }
-        let handle = self.kernel.submit(batch)?;
+        let mut handle = self
+            .kernel
+            .open_with(&tenant, BatchOptions::default().with_origin(origin))?;
+        for call in batch.calls {
+            handle.submit(call)?;
+        }
+        handle.close();
         let batch_cancel = handle.cancellation_token();
         let abort = self.abort.clone();
         let watcher = tokio::spawn(async move {

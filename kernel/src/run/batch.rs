@@ -103,6 +103,7 @@ impl BatchShared {
             calls,
             started_at_ms: info.started_unix_ms,
             ended_at_ms: info.unix_ms(makespan.max(info.started.elapsed())),
+            origin: info.origin.clone(),
         };
         if let Err(why) = kernel.sink.record(vec![Record::Batch(record)]).await {
             tracing::error!(error = %why, "the provenance sink refused a batch record");
@@ -188,6 +189,7 @@ impl BatchHandle {
             started_unix_ms: now.as_secs_f64() * 1000.0,
             cancel: CancellationToken::new(),
             on_failure: options.on_failure.unwrap_or(kernel.options.on_failure),
+            origin: options.origin,
         });
         let shared = Arc::new(BatchShared {
             info,

@@ -42,7 +42,7 @@ impl Default for KernelOptions {
 }
 
 /// Options of one batch.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct BatchOptions {
     /// Overrides the kernel's failure mode for this batch.
@@ -50,12 +50,20 @@ pub struct BatchOptions {
     /// Ready calls of higher priority get permits first (default 0); among equals, submission
     /// order.
     pub priority: i32,
+    /// Where the batch came from, for its provenance record.
+    pub origin: Option<crate::provenance::BatchOrigin>,
 }
 
 impl BatchOptions {
     /// These options with this batch's failure mode.
     pub fn with_on_failure(mut self, mode: OnFailure) -> Self {
         self.on_failure = Some(mode);
+        self
+    }
+
+    /// These options with the batch's origin (recorded in its provenance batch record).
+    pub fn with_origin(mut self, origin: crate::provenance::BatchOrigin) -> Self {
+        self.origin = Some(origin);
         self
     }
 

@@ -50,6 +50,8 @@ pub(crate) struct BatchInfo {
     pub(crate) started_unix_ms: f64,
     pub(crate) cancel: CancellationToken,
     pub(crate) on_failure: OnFailure,
+    /// Where the batch came from, for its provenance record.
+    pub(crate) origin: Option<crate::provenance::BatchOrigin>,
 }
 
 impl BatchInfo {

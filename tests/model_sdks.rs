@@ -6,68 +6,17 @@
 //! run as batches; every reply validates as the SDK's message parameter types. A machine without
 //! Python, pip or PyPI fails this test, saying so: it is never skipped.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod support;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use support::python::{packages, run_script};
 
-/// The SDKs' folder, installed when its requirements stamp differs from tests/sdk's.
-fn sdks() -> PathBuf {
-    let dir = root().join("target/model-sdks");
-    let py = dir.join("py");
-    let wanted = root().join("tests/sdk/requirements.txt");
-    let stamp = dir.join("requirements.txt");
-    std::fs::create_dir_all(&dir).expect("target/model-sdks can be created");
-    let lock = std::fs::File::create(dir.join(".install-lock")).expect("the lock file opens");
-    lock.lock().expect("the install lock is taken");
-    let current = std::fs::read(&stamp).ok();
-    if current != std::fs::read(&wanted).ok() {
-        let _ = std::fs::remove_dir_all(&py);
-        let out = Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--target",
-            ])
-            .arg(&py)
-            .arg("-r")
-            .arg(&wanted)
-            .output()
-            .unwrap_or_else(|e| {
-                panic!("the SDK tests need python3 with pip, which cannot run: {e}")
-            });
-        assert!(
-            out.status.success(),
-            "pip could not install the model SDKs ({}) into {}:\n{}",
-            out.status,
-            py.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::fs::copy(&wanted, &stamp).expect("the stamp is written");
-    }
-    py
-}
-
-fn check(script: &Path, py: &Path) {
-    let out = Command::new("python3")
-        .arg(script)
-        .env("PYTHONPATH", py)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("SLUICE_BIN", env!("CARGO_BIN_EXE_sluice"))
-        .output()
-        .expect("python3 runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    print!("{stdout}");
-    assert!(
-        out.status.success(),
-        "{} failed:\n{stdout}\n{}",
-        script.display(),
-        String::from_utf8_lossy(&out.stderr)
+#[test]
+fn the_official_sdks_accept_what_sluice_prints_and_sluice_runs_what_they_build() {
+    let py = packages("model-sdks", "requirements.txt");
+    let stdout = run_script(
+        "model_sdks.py",
+        &py,
+        &[("SLUICE_BIN", env!("CARGO_BIN_EXE_sluice"))],
     );
     // Every group of checks ran (a script that stopped early cannot pass).
     for group in [
@@ -85,10 +34,4 @@ fn check(script: &Path, py: &Path) {
         );
     }
     assert!(stdout.contains("checks passed"), "{stdout}");
-}
-
-#[test]
-fn the_official_sdks_accept_what_sluice_prints_and_sluice_runs_what_they_build() {
-    let py = sdks();
-    check(&root().join("tests/sdk/model_sdks.py"), &py);
 }

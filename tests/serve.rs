@@ -435,3 +435,72 @@ async fn sigterm_drains_and_the_log_verifies() {
     // Keep Drop from killing an exited process twice.
     g.child = Command::new("true").spawn().unwrap();
 }
+
+/// The official MCP Python SDK (`mcp`, tests/sdk/mcp-requirements.txt) as the client:
+/// tests/sdk/mcp_clients.py lists tools, increments one key from three sessions at once, gets a
+/// denial and an invalid-input result, writes one file from two sessions, and cancels a waiting
+/// call.
+#[test]
+fn the_official_python_mcp_sdk_is_a_client() {
+    let py = support::python::packages("mcp-python", "mcp-requirements.txt");
+    let dir = temp_dir("serve-python");
+    let policy = dir.join("policy.json");
+    std::fs::write(
+        &policy,
+        json!({"tenants": {"default": {"default": "allow", "rules": [
+            {"id": "no-deletes", "decision": "deny", "effects": ["deletes"]},
+            {"id": "no-sleep", "decision": "deny", "tools": ["sluice.sleep"]}]}}})
+        .to_string(),
+    )
+    .unwrap();
+    let g = start(&[
+        "--policy",
+        policy.to_str().unwrap(),
+        "--approve",
+        "all",
+        "--root",
+        dir.to_str().unwrap(),
+    ]);
+    let url = format!("{}/mcp", g.base);
+    let out = support::python::run_script("mcp_clients.py", &py, &[("SLUICE_MCP_URL", &url)]);
+    assert!(out.contains("6 checks passed"), "{out}");
+}
+
+/// The reference MCP server (npm) behind the gateway: its tool, adopted as a manifest, is called
+/// through the gateway's MCP endpoint like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_server_behind_the_gateway() {
+    let dir = temp_dir("serve-downstream");
+    let tools = dir.join("ev.json");
+    let endpoint = support::mcp::everything_stdio("");
+    std::fs::write(
+        &tools,
+        support::mcp::mcp_manifest(
+            "ev.echo",
+            &endpoint,
+            json!({"metadata": {"mcpTool": "echo"},
+                   "input": {"type": "object", "properties": {"message": {"type": "string"}},
+                             "required": ["message"]}}),
+        )
+        .to_string(),
+    )
+    .unwrap();
+    let g = start(&["--tools", tools.to_str().unwrap()]);
+    let client = mcp_client(&format!("{}/mcp", g.base), None).await;
+    let listed = client.list_all_tools().await.unwrap();
+    let echo = listed.iter().find(|t| t.name == "ev.echo").unwrap();
+    assert_eq!(
+        echo.annotations.as_ref().unwrap().open_world_hint,
+        Some(true),
+        "a downstream MCP tool is open-world"
+    );
+    let r = client
+        .call_tool(
+            CallToolRequestParams::new("ev.echo").with_arguments(args(json!({"message": "hi"}))),
+        )
+        .await
+        .unwrap();
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    assert!(serde_json::to_string(&r).unwrap().contains("hi"), "{r:?}");
+    client.cancel().await.unwrap();
+}

@@ -330,6 +330,31 @@ impl PolicyEngine {
             .map(|t| t.decide_access(tool, kind, resource))
     }
 
+    /// Whether every call of `tool` is denied for `tenant` whatever its input: a tool rule of
+    /// the tenant denies the tool (deny wins over every other rule), or the policy has no such
+    /// tenant (fail closed). The gateway leaves such tools out of the tenant's `tools/list`.
+    ///
+    /// ```
+    /// use sluice_policy::{PolicyDocument, PolicyEngine};
+    /// let engine = PolicyEngine::new(PolicyDocument::from_value(&serde_json::json!({"tenants": {
+    ///     "acme": {"default": "allow", "rules": [
+    ///         {"id": "no-shell", "decision": "deny", "tools": ["acme.shell*"]},
+    ///         {"id": "no-deletes", "decision": "deny", "effects": ["deletes"]}]}}})).unwrap());
+    /// assert!(engine.tool_denied("acme", "acme.shell-exec"));
+    /// assert!(!engine.tool_denied("acme", "acme.kv-delete")); // only its deletes are denied
+    /// assert!(engine.tool_denied("globex", "acme.kv-get")); // no such tenant
+    /// ```
+    pub fn tool_denied(&self, tenant: &str, tool: &str) -> bool {
+        let policy = self.current.load();
+        let Some(t) = policy.tenants.get(tenant) else {
+            return true;
+        };
+        t.tool_rules.iter().any(|&i| {
+            let rule = &t.policy.rules[i as usize];
+            rule.decision == Decision::Deny && rule.matches_tool(tool)
+        })
+    }
+
     /// The decision for a call: the strictest access decision, then the mode.
     pub fn decide(&self, tenant: &str, tool: &Manifest, accesses: &[Access]) -> Authorization {
         let policy = self.current.load();

@@ -98,8 +98,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     bind_endpoints(&mut registry, &args.mcp_endpoint)?;
     let mut builder =
         super::common::kernel_builder(registry, args.max_concurrency, args.proxy_from_env)?;
-    if let Some(engine) = engine {
-        builder = builder.authorizer(engine);
+    let engine = engine.map(Arc::new);
+    if let Some(engine) = &engine {
+        builder = builder.authorizer_arc(engine.clone());
     }
     builder = match args.approve {
         ApproveMode::All => builder.approver(ApproveAll),
@@ -117,6 +118,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .with_default_tenant(&args.tenant)
         .with_max_body(args.max_body)
         .with_drain_timeout(Duration::from_secs(args.drain_timeout));
+    let options = match engine {
+        Some(engine) => options.with_hidden_tools(Arc::new(move |tenant: &str, tool: &str| {
+            engine.tool_denied(tenant, tool)
+        })),
+        None => options,
+    };
     let gateway = Arc::new(Gateway::new(kernel, options)?);
     let served = runtime.block_on(async {
         if args.stdio {

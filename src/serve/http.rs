@@ -165,16 +165,22 @@ async fn handle(gateway: Arc<Gateway>, mcp: Mcp, mut req: Request<Incoming>) -> 
         return too_large(&gateway);
     }
     match (req.method().clone(), path.as_str()) {
-        (_, "/mcp") => {
+        (method, "/mcp") => {
             req.extensions_mut().insert(Tenant(tenant));
             let (parts, body) = req.into_parts();
             let limited = Limited::new(body, gateway.options().max_body);
             let req = Request::from_parts(parts, limited);
             let mut mcp = mcp;
-            match tower_service::Service::call(&mut mcp, req).await {
+            let mut response = match tower_service::Service::call(&mut mcp, req).await {
                 Ok(r) => r,
                 Err(never) => match never {},
+            };
+            // A session ended by the client (DELETE) is answered 202 by rmcp; the official
+            // Python SDK counts only 200 and 204 as a terminated session and logs a failure.
+            if method == Method::DELETE && response.status() == StatusCode::ACCEPTED {
+                *response.status_mut() = StatusCode::NO_CONTENT;
             }
+            response
         }
         (Method::GET, "/metrics") => {
             let mut r = Response::new(full(gateway.metrics().encode()));

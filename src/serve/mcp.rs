@@ -110,9 +110,10 @@ fn annotations(t: &crate::kernel::transport::Tool) -> ToolAnnotations {
     a
 }
 
-/// The MCP tools of a registry, as `sluice tools --format mcp` names and describes them, with
-/// serve.md's annotations.
-pub(crate) fn mcp_tools(gateway: &Gateway) -> Vec<Tool> {
+/// The MCP tools a tenant sees, as `sluice tools --format mcp` names and describes them, with
+/// serve.md's annotations, less those its policy's tool rules deny.
+pub(crate) fn mcp_tools(gateway: &Gateway, tenant: &str) -> Vec<Tool> {
+    let hidden = gateway.options().hidden.clone();
     let registry: &ToolRegistry = gateway.kernel().tools();
     let exported = Api::Mcp.export(registry, gateway.names(), &ExportOptions::default());
     exported
@@ -121,6 +122,9 @@ pub(crate) fn mcp_tools(gateway: &Gateway) -> Vec<Tool> {
         .filter_map(|d| {
             let name = d.get("name")?.as_str()?.to_owned();
             let tool = registry.get(&gateway.names().id(&name))?;
+            if hidden.as_ref().is_some_and(|h| h(tenant, tool.id())) {
+                return None;
+            }
             let object = |v: Option<&Value>| -> Option<Arc<Map<String, Value>>> {
                 v.and_then(Value::as_object).cloned().map(Arc::new)
             };
@@ -168,8 +172,11 @@ impl ServerHandler for McpSession {
         _request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        self.tenant(&ctx)?;
-        Ok(ListToolsResult::with_all_items(mcp_tools(&self.gateway)))
+        let tenant = self.tenant(&ctx)?;
+        Ok(ListToolsResult::with_all_items(mcp_tools(
+            &self.gateway,
+            &tenant,
+        )))
     }
 
     async fn call_tool(

@@ -64,7 +64,7 @@ pub enum ServeError {
 }
 
 /// How the gateway serves.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct GatewayOptions {
     /// sha256 (lowercase hex) of each bearer token -> its tenant. Empty: no tokens, every
@@ -76,6 +76,24 @@ pub struct GatewayOptions {
     pub max_body: usize,
     /// How long a drain waits for calls in flight before cancelling them (default 30 s).
     pub drain_timeout: Duration,
+    /// Whether a tool is left out of a tenant's `tools/list` (`(tenant, tool id)`: the tools a
+    /// tool rule of its policy denies). Default: every tool is listed.
+    pub hidden: Option<HiddenTools>,
+}
+
+/// Decides which tools a tenant's `tools/list` leaves out: `(tenant, tool id) -> hidden`.
+pub type HiddenTools = std::sync::Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
+
+impl std::fmt::Debug for GatewayOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayOptions")
+            .field("tenants", &self.tokens.len())
+            .field("default_tenant", &self.default_tenant)
+            .field("max_body", &self.max_body)
+            .field("drain_timeout", &self.drain_timeout)
+            .field("hidden", &self.hidden.is_some())
+            .finish()
+    }
 }
 
 impl Default for GatewayOptions {
@@ -85,6 +103,7 @@ impl Default for GatewayOptions {
             default_tenant: "default".into(),
             max_body: 4 << 20,
             drain_timeout: Duration::from_secs(30),
+            hidden: None,
         }
     }
 }
@@ -105,6 +124,12 @@ impl GatewayOptions {
     /// Sets the body limit.
     pub fn with_max_body(mut self, bytes: usize) -> Self {
         self.max_body = bytes;
+        self
+    }
+
+    /// Leaves out of each tenant's `tools/list` the tools `hidden(tenant, tool id)` says.
+    pub fn with_hidden_tools(mut self, hidden: HiddenTools) -> Self {
+        self.hidden = Some(hidden);
         self
     }
 

@@ -504,3 +504,71 @@ async fn the_reference_server_behind_the_gateway() {
     assert!(serde_json::to_string(&r).unwrap().contains("hi"), "{r:?}");
     client.cancel().await.unwrap();
 }
+
+/// A flood of sessions meets `--max-sessions` (a clear 503, the open ones unaffected, a closed
+/// one frees its place), and a malformed JSON-RPC message is refused without harm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_sessions_and_malformed_json_rpc_leave_the_others_working() {
+    let g = start(&["--max-sessions", "3"]);
+    let url = format!("{}/mcp", g.base);
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        open.push(mcp_client(&url, None).await);
+    }
+    let http = reqwest::Client::new();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "flood", "version": "0"}}});
+    let r = http
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(init.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "too-many-sessions", "{v}");
+
+    // Malformed JSON-RPC: refused, nothing else disturbed.
+    for body in ["{not json", "[]", r#"{"jsonrpc": "2.0", "method": 5}"#] {
+        let r = http
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", "no-such-session")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_client_error(), "{body}: {}", r.status());
+    }
+    let r = open[0]
+        .call_tool(CallToolRequestParams::new("sluice.echo").with_arguments(args(json!({"a": 1}))))
+        .await
+        .unwrap();
+    assert_eq!(r.structured_content.unwrap(), json!({"a": 1}));
+
+    // A session that ends frees its place.
+    let closed = open.pop().unwrap();
+    closed.cancel().await.unwrap();
+    let mut again = None;
+    for _ in 0..50 {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+        let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
+        if let Ok(c) = ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("sluice-test", "1.0.0"),
+        )
+        .serve(transport)
+        .await
+        {
+            again = Some(c);
+            break;
+        }
+    }
+    let again = again.expect("a place freed by a closed session is taken again");
+    assert!(!again.list_all_tools().await.unwrap().is_empty());
+}

@@ -56,6 +56,9 @@ pub(crate) struct Args {
     /// The largest request body taken (413 beyond).
     #[arg(long, value_name = "BYTES", default_value_t = 4 << 20)]
     max_body: usize,
+    /// The most MCP sessions open at once (a new one beyond gets 503; idle ones are closed).
+    #[arg(long, default_value_t = 1024)]
+    max_sessions: usize,
     /// How long a shutdown waits for calls in flight before cancelling them.
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     drain_timeout: u64,
@@ -117,6 +120,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .with_tokens(tokens)
         .with_default_tenant(&args.tenant)
         .with_max_body(args.max_body)
+        .with_max_sessions(args.max_sessions)
         .with_drain_timeout(Duration::from_secs(args.drain_timeout));
     let options = match engine {
         Some(engine) => options.with_hidden_tools(Arc::new(move |tenant: &str, tool: &str| {

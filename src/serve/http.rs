@@ -166,6 +166,19 @@ async fn handle(gateway: Arc<Gateway>, mcp: Mcp, mut req: Request<Incoming>) -> 
     }
     match (req.method().clone(), path.as_str()) {
         (method, "/mcp") => {
+            let opens_session =
+                method == Method::POST && !req.headers().contains_key("mcp-session-id");
+            if opens_session && gateway.sessions() >= gateway.options().max_sessions {
+                return error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too-many-sessions",
+                    &format!(
+                        "{} MCP sessions are open (`--max-sessions`): close one, or retry later",
+                        gateway.sessions()
+                    ),
+                    None,
+                );
+            }
             req.extensions_mut().insert(Tenant(tenant));
             let (parts, body) = req.into_parts();
             let limited = Limited::new(body, gateway.options().max_body);

@@ -32,12 +32,36 @@ pub struct McpSession {
     tenant: Arc<OnceLock<String>>,
     /// The tenant of a session that has no HTTP layer (stdio).
     fixed: Option<String>,
+    /// Counts the session open until its last clone is dropped.
+    _open: Arc<Open>,
+}
+
+/// One open session in the gateway's count.
+#[derive(Debug)]
+struct Open(Arc<Gateway>);
+
+impl Open {
+    fn new(gateway: &Arc<Gateway>) -> Arc<Self> {
+        gateway
+            .sessions
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Arc::new(Open(gateway.clone()))
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0
+            .sessions
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl McpSession {
     /// A session whose tenant comes from each request's authentication (streamable HTTP).
     pub fn new(gateway: Arc<Gateway>) -> Self {
         McpSession {
+            _open: Open::new(&gateway),
             gateway,
             tenant: Arc::new(OnceLock::new()),
             fixed: None,
@@ -47,6 +71,7 @@ impl McpSession {
     /// A session of one tenant (stdio).
     pub fn of_tenant(gateway: Arc<Gateway>, tenant: &str) -> Self {
         McpSession {
+            _open: Open::new(&gateway),
             gateway,
             tenant: Arc::new(OnceLock::new()),
             fixed: Some(tenant.to_owned()),

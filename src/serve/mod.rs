@@ -76,6 +76,9 @@ pub struct GatewayOptions {
     pub max_body: usize,
     /// How long a drain waits for calls in flight before cancelling them (default 30 s).
     pub drain_timeout: Duration,
+    /// The most MCP sessions open at once; a new session beyond it gets 503 (default 1024).
+    /// Idle sessions are closed by rmcp's keep-alive, so abandoned ones free their place.
+    pub max_sessions: usize,
     /// Whether a tool is left out of a tenant's `tools/list` (`(tenant, tool id)`: the tools a
     /// tool rule of its policy denies). Default: every tool is listed.
     pub hidden: Option<HiddenTools>,
@@ -91,6 +94,7 @@ impl std::fmt::Debug for GatewayOptions {
             .field("default_tenant", &self.default_tenant)
             .field("max_body", &self.max_body)
             .field("drain_timeout", &self.drain_timeout)
+            .field("max_sessions", &self.max_sessions)
             .field("hidden", &self.hidden.is_some())
             .finish()
     }
@@ -103,6 +107,7 @@ impl Default for GatewayOptions {
             default_tenant: "default".into(),
             max_body: 4 << 20,
             drain_timeout: Duration::from_secs(30),
+            max_sessions: 1024,
             hidden: None,
         }
     }
@@ -124,6 +129,12 @@ impl GatewayOptions {
     /// Sets the body limit.
     pub fn with_max_body(mut self, bytes: usize) -> Self {
         self.max_body = bytes;
+        self
+    }
+
+    /// Sets the most MCP sessions open at once.
+    pub fn with_max_sessions(mut self, n: usize) -> Self {
+        self.max_sessions = n;
         self
     }
 
@@ -186,6 +197,7 @@ pub struct Gateway {
     metrics: Metrics,
     draining: AtomicBool,
     in_flight: AtomicUsize,
+    sessions: AtomicUsize,
     idle: Notify,
     /// Cancelled when a drain gives up waiting: every call still running is cancelled.
     abort: CancellationToken,
@@ -202,6 +214,7 @@ impl Gateway {
             metrics: Metrics::new(),
             draining: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
+            sessions: AtomicUsize::new(0),
             idle: Notify::new(),
             abort: CancellationToken::new(),
         })
@@ -230,6 +243,11 @@ impl Gateway {
         }
         let token = authorization?.strip_prefix("Bearer ")?.trim();
         self.options.tokens.get(&token_hash(token)).cloned()
+    }
+
+    /// How many MCP sessions are open.
+    pub fn sessions(&self) -> usize {
+        self.sessions.load(Ordering::SeqCst)
     }
 
     /// Whether a drain has begun (new work is refused).

@@ -250,8 +250,8 @@ impl fmt::Display for Version {
 pub struct ToolRegistry {
     /// By (id, version).
     tools: HashMap<(String, Version), Arc<Tool>>,
-    /// Each id's highest version.
-    latest: HashMap<String, Version>,
+    /// Each id's highest version (looked up by `&str`, without allocating: the planner's path).
+    latest: HashMap<String, (Version, Arc<Tool>)>,
     /// (id, version) in registration order.
     order: Vec<(String, Version)>,
 }
@@ -286,10 +286,11 @@ impl ToolRegistry {
             });
         }
         match self.latest.get_mut(&key.0) {
-            Some(v) if *v >= key.1 => {}
-            Some(v) => *v = key.1.clone(),
+            Some((v, _)) if *v >= key.1 => {}
+            Some(entry) => *entry = (key.1.clone(), tool.clone()),
             None => {
-                self.latest.insert(key.0.clone(), key.1.clone());
+                self.latest
+                    .insert(key.0.clone(), (key.1.clone(), tool.clone()));
             }
         }
         self.order.push(key.clone());
@@ -354,7 +355,12 @@ impl ToolRegistry {
             manifest.mcp_endpoint = Some(parsed.clone());
             let mut tool = Tool::compile(manifest, t.source().clone(), t.handler.clone())?;
             tool.access_input = t.access_input.clone();
-            self.tools.insert(key_of(&tool), Arc::new(tool));
+            let (id, version) = key_of(&tool);
+            let tool = Arc::new(tool);
+            if let Some(latest) = self.latest.get_mut(&id).filter(|(v, _)| *v == version) {
+                latest.1 = tool.clone();
+            }
+            self.tools.insert((id, version), tool);
             bound += 1;
         }
         if bound == 0 {
@@ -366,8 +372,8 @@ impl ToolRegistry {
     /// The tool a call names: `id` (its highest version) or `id@version` (exactly that one). An
     /// id that itself holds `@` is found as written first.
     pub fn get(&self, name: &str) -> Option<&Arc<Tool>> {
-        if let Some(v) = self.latest.get(name) {
-            return self.tools.get(&(name.to_owned(), v.clone()));
+        if let Some((_, tool)) = self.latest.get(name) {
+            return Some(tool);
         }
         let (id, version) = name.rsplit_once('@')?;
         let version = Version::parse(version)?;
@@ -377,7 +383,7 @@ impl ToolRegistry {
     /// Whether `tool` is the highest version of its id.
     pub fn is_latest(&self, tool: &Tool) -> bool {
         let (id, v) = key_of(tool);
-        self.latest.get(&id) == Some(&v)
+        self.latest.get(&id).is_some_and(|(latest, _)| *latest == v)
     }
 
     /// Every tool, every version, in registration order.

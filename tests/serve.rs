@@ -572,3 +572,69 @@ async fn a_flood_of_sessions_and_malformed_json_rpc_leave_the_others_working() {
     let again = again.expect("a place freed by a closed session is taken again");
     assert!(!again.list_all_tools().await.unwrap().is_empty());
 }
+
+/// The official MCP TypeScript SDK, pinned, installed into `target/mcp-typescript` with the
+/// machine's npm (`.ci/run` installs it first); its `node_modules` folder.
+fn typescript_sdk() -> std::path::PathBuf {
+    const PACKAGE: &str = "@modelcontextprotocol/sdk@1.32.2";
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/mcp-typescript");
+    let modules = dir.join("node_modules");
+    std::fs::create_dir_all(&dir).unwrap();
+    let lock = std::fs::File::create(dir.join(".install-lock")).unwrap();
+    lock.lock().unwrap();
+    if !modules
+        .join("@modelcontextprotocol/sdk/package.json")
+        .exists()
+    {
+        let status = Command::new("npm")
+            .args([
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--loglevel=error",
+                "--prefix",
+            ])
+            .arg(&dir)
+            .arg(PACKAGE)
+            .status()
+            .unwrap_or_else(|e| panic!("this test needs npm to install {PACKAGE}: {e}"));
+        assert!(
+            status.success(),
+            "`npm install {PACKAGE}` failed ({status})"
+        );
+    }
+    modules
+}
+
+/// The official MCP TypeScript SDK as the client (tests/sdk/mcp_clients.mjs): tools/list,
+/// increments from three sessions at once, a denial, an invalid input, -32602, and a waiting call
+/// cancelled through an AbortSignal that never runs.
+#[test]
+fn the_official_typescript_mcp_sdk_is_a_client() {
+    let modules = typescript_sdk();
+    let dir = temp_dir("serve-typescript");
+    let policy = dir.join("policy.json");
+    std::fs::write(
+        &policy,
+        json!({"tenants": {"default": {"default": "allow", "rules": [
+            {"id": "no-deletes", "decision": "deny", "effects": ["deletes"]},
+            {"id": "no-sleep", "decision": "deny", "tools": ["sluice.sleep"]}]}}})
+        .to_string(),
+    )
+    .unwrap();
+    let g = start(&["--policy", policy.to_str().unwrap(), "--approve", "all"]);
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/mcp_clients.mjs");
+    let out = Command::new("node")
+        .arg(&script)
+        .env("SLUICE_MCP_URL", format!("{}/mcp", g.base))
+        .env("NODE_PATH", &modules)
+        .output()
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    print!("{stdout}");
+    assert!(
+        out.status.success() && stdout.contains("4 checks passed"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -407,22 +407,45 @@ async fn sigterm_drains_and_the_log_verifies() {
                 .unwrap()
         })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // The signal comes once the call is in flight (the gateway's own gauge says so).
+    loop {
+        let m = http
+            .get(format!("{}/metrics", g.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if m.contains(r#"sluice_calls_in_flight{tenant="default"} 1"#) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     let pid = g.child.id().to_string();
     assert!(Command::new("kill")
         .args(["-TERM", &pid])
         .status()
         .unwrap()
         .success());
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    let late = http
-        .post(format!("{}/v1/run", g.base))
-        .header("content-type", "application/json")
-        .body(json!({"calls": []}).to_string())
-        .send()
-        .await;
-    if let Ok(r) = late {
-        assert_eq!(r.status(), 503);
+    // Once it drains (its health says so), new work gets 503.
+    loop {
+        match http.get(format!("{}/healthz", g.base)).send().await {
+            Ok(r) if r.status() == 503 => {
+                let late = http
+                    .post(format!("{}/v1/run", g.base))
+                    .header("content-type", "application/json")
+                    .body(json!({"calls": []}).to_string())
+                    .send()
+                    .await;
+                if let Ok(r) = late {
+                    assert_eq!(r.status(), 503);
+                }
+                break;
+            }
+            Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+            Err(_) => panic!("the gateway stopped before its call in flight finished"),
+        }
     }
     let v = slow.await.unwrap();
     assert_eq!(v["results"][0]["status"], "ok", "{v}");
@@ -554,7 +577,7 @@ async fn a_flood_of_sessions_and_malformed_json_rpc_leave_the_others_working() {
     let closed = open.pop().unwrap();
     closed.cancel().await.unwrap();
     let mut again = None;
-    for _ in 0..50 {
+    for _ in 0..500 {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         let config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
         let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);

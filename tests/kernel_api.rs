@@ -776,3 +776,33 @@ async fn cancelling_does_not_wait_for_a_person_who_never_answers() {
         .message
         .contains("approval"));
 }
+
+/// `skip-dependents` with a batch streamed call by call: a dependent submitted after the call it
+/// depends on has already failed is skipped too (the failure was forgotten once the failed call
+/// had released; under load the CLI's batch hit it).
+#[tokio::test]
+async fn a_dependent_submitted_after_its_failed_predecessor_finished_is_skipped() {
+    let k = Kernel::builder()
+        .tool(writer("t.w"))
+        .on_failure(OnFailure::SkipDependents)
+        .build()
+        .unwrap();
+    let mut h = k.open("t").unwrap();
+    h.submit(call("fails", "t.w", json!({"key": "1", "fail": true})))
+        .unwrap();
+    let first = h.next_completion().await.unwrap();
+    assert_eq!(first.status, Status::Error);
+    h.submit(call("after", "t.w", json!({"key": "1"}))).unwrap();
+    h.submit(call("elsewhere", "t.w", json!({"key": "2"})))
+        .unwrap();
+    h.close();
+    let r = h.finish().await;
+    assert_eq!(r.results[1].status, Status::Skipped, "{:?}", r.results[1]);
+    assert!(r.results[1]
+        .error
+        .as_ref()
+        .unwrap()
+        .message
+        .contains("`fails`"));
+    assert_eq!(r.results[2].status, Status::Ok);
+}

@@ -40,6 +40,9 @@ struct Entry {
     slot: Option<Slot>,
     /// Whether the call's batch has ended (no more edges inside it will be asked for).
     batch_ended: bool,
+    /// After it released: its id when its dependents should count it as failed. A dependent
+    /// submitted after it finished (a batch streamed call by call) learns it from here.
+    failed: Option<String>,
 }
 
 /// Who a position in the domain is.
@@ -72,8 +75,9 @@ pub(crate) struct IndexPanicked;
 /// Resolves when a call's predecessors are done (at once when it has none).
 #[derive(Debug)]
 pub(crate) enum Ready {
-    /// Nothing to wait for.
-    Now,
+    /// Nothing to wait for (and what an already finished predecessor left, for
+    /// `skip-dependents`).
+    Now(Upstream),
     /// Waiting for predecessors.
     Later(oneshot::Receiver<Upstream>),
     /// Already resolved (the future was polled to completion).
@@ -87,10 +91,12 @@ impl std::future::Future for Ready {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Upstream> {
         match &mut *self {
-            Ready::Now | Ready::Done => {
+            Ready::Now(u) => {
+                let u = std::mem::take(u);
                 *self = Ready::Done;
-                std::task::Poll::Ready(Upstream::default())
+                std::task::Poll::Ready(u)
             }
+            Ready::Done => std::task::Poll::Ready(Upstream::default()),
             Ready::Later(rx) => match std::pin::Pin::new(rx).poll(cx) {
                 std::task::Poll::Ready(u) => {
                     *self = Ready::Done;
@@ -161,13 +167,19 @@ impl TenantDomain {
         }
         let mut pending = 0;
         let mut edges = Vec::new();
+        let mut failed_upstream = None;
         for e in self.scratch.drain(..) {
             let Some(pred) = self.entries.get_mut(&e.from) else {
                 continue;
             };
-            if let Some(slot) = &mut pred.slot {
-                slot.successors.push(position);
-                pending += 1;
+            match &mut pred.slot {
+                Some(slot) => {
+                    slot.successors.push(position);
+                    pending += 1;
+                }
+                // Finished already: a failure it left still counts (`skip-dependents`).
+                None if failed_upstream.is_none() => failed_upstream.clone_from(&pred.failed),
+                None => {}
             }
             if let Some(from) = &pred.owner {
                 edges.push(FoundEdge {
@@ -190,7 +202,12 @@ impl TenantDomain {
             }
         }
         let (ready, rx) = if pending == 0 {
-            (None, Ready::Now)
+            (
+                None,
+                Ready::Now(Upstream {
+                    failed: failed_upstream.clone(),
+                }),
+            )
         } else {
             let (tx, rx) = oneshot::channel();
             (Some(tx), Ready::Later(rx))
@@ -203,9 +220,10 @@ impl TenantDomain {
                     pending,
                     successors: Vec::new(),
                     ready,
-                    failed_upstream: None,
+                    failed_upstream,
                 }),
                 batch_ended: false,
+                failed: None,
             },
         );
         self.live += 1;
@@ -237,6 +255,7 @@ impl TenantDomain {
         let Some(slot) = entry.slot.take() else {
             return;
         };
+        entry.failed = failed.map(str::to_owned);
         self.live -= 1;
         if entry.batch_ended {
             self.forgettable.push(position);

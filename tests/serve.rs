@@ -459,14 +459,9 @@ async fn sigterm_drains_and_the_log_verifies() {
     g.child = Command::new("true").spawn().unwrap();
 }
 
-/// The official MCP Python SDK (`mcp`, tests/sdk/mcp-requirements.txt) as the client:
-/// tests/sdk/mcp_clients.py lists tools, increments one key from three sessions at once, gets a
-/// denial and an invalid-input result, writes one file from two sessions, and cancels a waiting
-/// call.
-#[test]
-fn the_official_python_mcp_sdk_is_a_client() {
-    let py = support::python::packages("mcp-python", "mcp-requirements.txt");
-    let dir = temp_dir("serve-python");
+/// The policy the SDK clients meet: tenant `default` allows, but denies deletes and the tool
+/// `sluice.sleep` (which its tools/list then leaves out).
+fn client_policy(dir: &std::path::Path) -> std::path::PathBuf {
     let policy = dir.join("policy.json");
     std::fs::write(
         &policy,
@@ -476,6 +471,18 @@ fn the_official_python_mcp_sdk_is_a_client() {
         .to_string(),
     )
     .unwrap();
+    policy
+}
+
+/// The official MCP Python SDK (`mcp`, tests/sdk/mcp-requirements.txt) as the client:
+/// tests/sdk/mcp_clients.py lists tools, increments one key from three sessions at once, gets a
+/// denial and an invalid-input result, writes one file from two sessions, and cancels a waiting
+/// call.
+#[test]
+fn the_official_python_mcp_sdk_is_a_client() {
+    let py = support::python::packages("mcp-python", "mcp-requirements.txt");
+    let dir = temp_dir("serve-python");
+    let policy = client_policy(&dir);
     let g = start(&[
         "--policy",
         policy.to_str().unwrap(),
@@ -596,55 +603,19 @@ async fn a_flood_of_sessions_and_malformed_json_rpc_leave_the_others_working() {
     assert!(!again.list_all_tools().await.unwrap().is_empty());
 }
 
-/// The official MCP TypeScript SDK, pinned, installed into `target/mcp-typescript` with the
-/// machine's npm (`.ci/run` installs it first); its `node_modules` folder.
-fn typescript_sdk() -> std::path::PathBuf {
-    const PACKAGE: &str = "@modelcontextprotocol/sdk@1.32.2";
-    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/mcp-typescript");
-    let modules = dir.join("node_modules");
-    std::fs::create_dir_all(&dir).unwrap();
-    let lock = std::fs::File::create(dir.join(".install-lock")).unwrap();
-    lock.lock().unwrap();
-    if !modules
-        .join("@modelcontextprotocol/sdk/package.json")
-        .exists()
-    {
-        let status = Command::new("npm")
-            .args([
-                "install",
-                "--no-audit",
-                "--no-fund",
-                "--loglevel=error",
-                "--prefix",
-            ])
-            .arg(&dir)
-            .arg(PACKAGE)
-            .status()
-            .unwrap_or_else(|e| panic!("this test needs npm to install {PACKAGE}: {e}"));
-        assert!(
-            status.success(),
-            "`npm install {PACKAGE}` failed ({status})"
-        );
-    }
-    modules
-}
-
 /// The official MCP TypeScript SDK as the client (tests/sdk/mcp_clients.mjs): tools/list,
 /// increments from three sessions at once, a denial, an invalid input, -32602, and a waiting call
 /// cancelled through an AbortSignal that never runs.
 #[test]
 fn the_official_typescript_mcp_sdk_is_a_client() {
-    let modules = typescript_sdk();
-    let dir = temp_dir("serve-typescript");
-    let policy = dir.join("policy.json");
-    std::fs::write(
-        &policy,
-        json!({"tenants": {"default": {"default": "allow", "rules": [
-            {"id": "no-deletes", "decision": "deny", "effects": ["deletes"]},
-            {"id": "no-sleep", "decision": "deny", "tools": ["sluice.sleep"]}]}}})
-        .to_string(),
+    let modules = support::mcp::npm_package(
+        "mcp-typescript",
+        "@modelcontextprotocol/sdk@1.32.2",
+        "node_modules/@modelcontextprotocol/sdk/package.json",
     )
-    .unwrap();
+    .join("node_modules");
+    let dir = temp_dir("serve-typescript");
+    let policy = client_policy(&dir);
     let g = start(&["--policy", policy.to_str().unwrap(), "--approve", "all"]);
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/mcp_clients.mjs");
     let out = Command::new("node")

@@ -12,8 +12,8 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{json, Map, Value};
 
-use super::{failure_text, ok_text, Gateway};
-use crate::kernel::adapters::{Api, ExportOptions};
+use super::{failure_text, Gateway};
+use crate::kernel::adapters::{result_text, Api, ExportOptions};
 use crate::kernel::model::{AccessMode, EffectKind, Status};
 use crate::kernel::provenance::BatchOrigin;
 use crate::kernel::transport::ToolRegistry;
@@ -170,7 +170,7 @@ pub(crate) fn mcp_tools(gateway: &Gateway, tenant: &str) -> Vec<Tool> {
 pub(crate) fn to_mcp(r: &CallResult) -> CallToolResult {
     match (r.status, &r.output) {
         (Status::Ok, Some(out)) => {
-            let mut res = CallToolResult::success(vec![ContentBlock::text(ok_text(r))]);
+            let mut res = CallToolResult::success(vec![ContentBlock::text(result_text(r))]);
             if out.is_object() {
                 res.structured_content = Some(out.clone());
             }

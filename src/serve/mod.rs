@@ -40,7 +40,7 @@ pub use http::serve_http;
 pub use mcp::{serve_stdio, McpSession};
 pub use metrics::Metrics;
 
-use crate::kernel::adapters::{result_text, ToolNames};
+use crate::kernel::adapters::ToolNames;
 use crate::kernel::authorize::DecidedBy;
 use crate::kernel::model::{Call, Status};
 use crate::kernel::provenance::BatchOrigin;
@@ -427,11 +427,6 @@ pub fn failure_text(r: &CallResult) -> String {
         Some(d) if !d.is_empty() => format!("{lead} ({d}): {message}"),
         _ => format!("{lead}: {message}"),
     }
-}
-
-/// An `ok` call's text block: its output as JSON.
-pub fn ok_text(r: &CallResult) -> String {
-    result_text(r)
 }
 
 /// The JSON error body of the batch API: `{"error": {"code", "message", "pointer"?}}`.

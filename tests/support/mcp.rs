@@ -10,39 +10,48 @@ use std::sync::OnceLock;
 /// The pinned version of the reference server.
 pub const EVERYTHING_VERSION: &str = "2026.8.31";
 
+/// Installs the npm `package` (pinned, `name@version`) into `target/<folder>` with the machine's
+/// npm unless `target/<folder>/<marker>` exists; that folder. Test binaries run in parallel: a
+/// file lock makes one of them install and the others wait. Without npm or the registry the test
+/// fails, saying so.
+pub fn npm_package(folder: &str, package: &str, marker: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("target")
+        .join(folder);
+    std::fs::create_dir_all(&dir).expect("the npm install folder can be created");
+    let lock = std::fs::File::create(dir.join(".install-lock")).expect("the lock file opens");
+    lock.lock().expect("the install lock is taken");
+    if !dir.join(marker).exists() {
+        let status = std::process::Command::new("npm")
+            .args([
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--loglevel=error",
+                "--prefix",
+            ])
+            .arg(&dir)
+            .arg(package)
+            .status()
+            .unwrap_or_else(|e| {
+                panic!("these tests need npm to install {package}, and npm cannot run: {e}")
+            });
+        assert!(
+            status.success() && dir.join(marker).exists(),
+            "`npm install {package}` into {} failed ({status}): these tests need it",
+            dir.display()
+        );
+    }
+    dir
+}
+
 /// The path of the `mcp-server-everything` binary, installing it first when it is missing.
-/// Test binaries run in parallel: a file lock makes one of them install and the others wait.
 pub fn everything_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/mcp-everything");
-        let bin = dir.join("node_modules/.bin/mcp-server-everything");
-        std::fs::create_dir_all(&dir).expect("target/mcp-everything can be created");
-        let lock = std::fs::File::create(dir.join(".install-lock")).expect("the lock file opens");
-        lock.lock().expect("the install lock is taken");
-        if !bin.exists() {
-            let package = format!("@modelcontextprotocol/server-everything@{EVERYTHING_VERSION}");
-            let status = std::process::Command::new("npm")
-                .args([
-                    "install",
-                    "--no-audit",
-                    "--no-fund",
-                    "--loglevel=error",
-                    "--prefix",
-                ])
-                .arg(&dir)
-                .arg(&package)
-                .status()
-                .unwrap_or_else(|e| {
-                    panic!("the MCP tests need npm to install {package}, and npm cannot run: {e}")
-                });
-            assert!(
-                status.success() && bin.exists(),
-                "`npm install {package}` into {} failed ({status}): the MCP tests need it",
-                dir.display()
-            );
-        }
-        bin
+        let package = format!("@modelcontextprotocol/server-everything@{EVERYTHING_VERSION}");
+        let marker = "node_modules/.bin/mcp-server-everything";
+        npm_package("mcp-everything", &package, marker).join(marker)
     })
     .clone()
 }

@@ -806,3 +806,139 @@ async fn a_dependent_submitted_after_its_failed_predecessor_finished_is_skipped(
         .contains("`fails`"));
     assert_eq!(r.results[2].status, Status::Ok);
 }
+
+/// Records what a batch observer is told, as text.
+#[derive(Default)]
+struct Watch {
+    events: Mutex<Vec<String>>,
+    panics: bool,
+}
+
+impl sluice_kernel::run::CallObserver for Watch {
+    fn mark(&self, call: &Call) -> Option<sluice_kernel::run::CallMark> {
+        if self.panics {
+            panic!("the observer panics on purpose");
+        }
+        Some(Arc::new(format!("mark of {}", call.id)))
+    }
+
+    fn waiting(&self, call: &Call, w: &sluice_kernel::run::Waiting<'_>) {
+        let names: Vec<String> = w
+            .calls
+            .iter()
+            .map(|c| {
+                let mark = c.mark.as_ref().and_then(|m| m.downcast_ref::<String>());
+                format!(
+                    "{} ({}) {} {} [{}]",
+                    c.call,
+                    c.tool.as_deref().unwrap_or("?"),
+                    c.kind,
+                    c.resource,
+                    mark.map(String::as_str).unwrap_or("-")
+                )
+            })
+            .collect();
+        let approval = w.approval.map(|a| a.by.to_string());
+        self.events.lock().unwrap().push(format!(
+            "{} waits for {:?} unnamed {} approval {:?}",
+            call.id, names, w.unnamed, approval
+        ));
+    }
+
+    fn started(&self, call: &Call) {
+        if self.panics {
+            panic!("the observer panics on purpose");
+        }
+        self.events
+            .lock()
+            .unwrap()
+            .push(format!("{} started", call.id));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_observer_is_told_what_each_call_waits_for_and_when_it_starts() {
+    let k = Kernel::builder()
+        .tool(writer("t.w"))
+        .authorizer(deny_writes_to("none"))
+        .build()
+        .unwrap();
+    // An unobserved batch holds x:a; an observed one holds x:b.
+    let mut quiet = k.open("t").unwrap();
+    quiet
+        .submit(call("q", "t.w", json!({"key": "a", "ms": 60})))
+        .unwrap();
+    let first = Arc::new(Watch::default());
+    let mut seen = k
+        .open_with(
+            "t",
+            sluice_kernel::run::BatchOptions::default().with_observer(first.clone()),
+        )
+        .unwrap();
+    seen.submit(call("s", "t.w", json!({"key": "b", "ms": 50})))
+        .unwrap();
+    // `ask-1` waits for `s` and for approval (its id starts with `ask`), `u` for the unobserved
+    // `q`, `free` for `ask-1`. This batch approves through its own approver, not the kernel's
+    // (which rejects: none is configured).
+    let watch = Arc::new(Watch::default());
+    let approver = |_r: ApprovalRequest| {
+        Box::pin(async {
+            Ok(ApprovalOutcome::Approved {
+                by: "the-session".into(),
+            })
+        }) as sluice_kernel::authorize::ApprovalFuture
+    };
+    let options = sluice_kernel::run::BatchOptions::default()
+        .with_observer(watch.clone())
+        .with_approver(Arc::new(approver));
+    let mut h = k.open_with("t", options).unwrap();
+    h.submit(call("ask-1", "t.w", json!({"key": "b"}))).unwrap();
+    h.submit(call("u", "t.w", json!({"key": "a"}))).unwrap();
+    h.submit(call("free", "t.w", json!({"key": "b"}))).unwrap();
+    h.close();
+    let r = h.finish().await;
+    assert!(r.results.iter().all(|r| r.status == Status::Ok), "{r:?}");
+    assert_eq!(r.results[0].approver.as_deref(), Some("the-session"));
+    let events = watch.events.lock().unwrap().clone();
+    assert_eq!(
+        events,
+        [
+            "ask-1 waits for [\"s (t.w) write-after-write x:b [mark of s]\"] unnamed 0 \
+             approval Some(\"ask-rule\")",
+            "u waits for [] unnamed 1 approval None",
+            "free waits for [\"ask-1 (t.w) write-after-write x:b [mark of ask-1]\"] unnamed 0 \
+             approval None",
+            "ask-1 started",
+            "free started",
+            "u started",
+        ]
+    );
+    assert_eq!(
+        first.events.lock().unwrap().clone(),
+        ["s started"],
+        "a call that waits for nothing is only told it started"
+    );
+    quiet.close();
+    seen.close();
+    assert_eq!(quiet.finish().await.results[0].status, Status::Ok);
+    assert_eq!(seen.finish().await.results[0].status, Status::Ok);
+}
+
+#[tokio::test]
+async fn a_panicking_observer_leaves_its_calls_running_and_ordered() {
+    let k = Kernel::builder().tool(writer("t.w")).build().unwrap();
+    let watch = Arc::new(Watch {
+        panics: true,
+        ..Watch::default()
+    });
+    let options = sluice_kernel::run::BatchOptions::default().with_observer(watch);
+    let mut h = k.open_with("t", options).unwrap();
+    h.submit(call("a", "t.w", json!({"key": "k", "ms": 5})))
+        .unwrap();
+    h.submit(call("b", "t.w", json!({"key": "k"}))).unwrap();
+    h.close();
+    let r = h.finish().await;
+    assert!(r.results.iter().all(|r| r.status == Status::Ok), "{r:?}");
+    assert!(r.results[1].started >= r.results[0].ended);
+    assert_eq!(k.tenant_load("t"), (0, 0));
+}

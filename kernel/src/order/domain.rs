@@ -8,12 +8,14 @@
 
 use dashmap::DashMap;
 use hashbrown::HashMap;
+use std::any::Any;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::oneshot;
 
 use super::index::{ConflictIndex, Edge};
 use crate::access::Access;
+use crate::transport::Tool;
 
 /// What a call learns when its predecessors are done.
 #[derive(Debug, Clone, Default)]
@@ -45,11 +47,25 @@ struct Entry {
     failed: Option<String>,
 }
 
-/// Who a position in the domain is.
-#[derive(Debug, Clone)]
+/// Who a position in the domain is (kept only when someone asks: a provenance sink for its edge
+/// records, a batch observer for what a call waits for).
+#[derive(Clone)]
 pub(crate) struct Owner {
     pub(crate) batch: Arc<str>,
     pub(crate) call: Arc<str>,
+    /// Its tool (`None`: unknown).
+    pub(crate) tool: Option<Arc<Tool>>,
+    /// What its batch's observer marked it with.
+    pub(crate) mark: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Owner")
+            .field("batch", &self.batch)
+            .field("call", &self.call)
+            .finish_non_exhaustive()
+    }
 }
 
 /// An edge found for a new call, with who its source is.
@@ -57,6 +73,8 @@ pub(crate) struct Owner {
 pub(crate) struct FoundEdge {
     pub(crate) edge: Edge,
     pub(crate) from: Owner,
+    /// Whether the source had not released yet: the new call waits for it.
+    pub(crate) pending: bool,
 }
 
 /// A call inserted into its tenant's domain.
@@ -64,6 +82,9 @@ pub(crate) struct FoundEdge {
 pub(crate) struct Inserted {
     pub(crate) position: usize,
     pub(crate) edges: Vec<FoundEdge>,
+    /// How many unreleased calls it waits for that have no [`Owner`] (or are behind a
+    /// quarantine barrier).
+    pub(crate) unnamed: usize,
     pub(crate) ready: Ready,
 }
 
@@ -166,25 +187,33 @@ impl TenantDomain {
             return Err(IndexPanicked);
         }
         let mut pending = 0;
+        let mut named = 0;
         let mut edges = Vec::new();
         let mut failed_upstream = None;
         for e in self.scratch.drain(..) {
             let Some(pred) = self.entries.get_mut(&e.from) else {
                 continue;
             };
-            match &mut pred.slot {
+            let waits = match &mut pred.slot {
                 Some(slot) => {
                     slot.successors.push(position);
                     pending += 1;
+                    true
                 }
                 // Finished already: a failure it left still counts (`skip-dependents`).
-                None if failed_upstream.is_none() => failed_upstream.clone_from(&pred.failed),
-                None => {}
-            }
+                None => {
+                    if failed_upstream.is_none() {
+                        failed_upstream.clone_from(&pred.failed);
+                    }
+                    false
+                }
+            };
             if let Some(from) = &pred.owner {
+                named += usize::from(waits);
                 edges.push(FoundEdge {
                     from: from.clone(),
                     edge: e,
+                    pending: waits,
                 });
             }
         }
@@ -230,6 +259,7 @@ impl TenantDomain {
         Ok(Inserted {
             position,
             edges,
+            unnamed: pending - named,
             ready: rx,
         })
     }
@@ -527,6 +557,8 @@ mod tests {
             Some(Owner {
                 batch: Arc::from("b"),
                 call: Arc::from(call),
+                tool: None,
+                mark: None,
             })
         };
         let mut d = TenantDomain::default();
@@ -538,6 +570,38 @@ mod tests {
         assert!(!waits(&b), "a has released");
         let from: Vec<&str> = b.edges.iter().map(|e| &*e.from.call).collect();
         assert_eq!(from, ["a"]);
+        assert!(!b.edges[0].pending, "b does not wait for a");
+    }
+
+    #[test]
+    fn an_inserted_call_says_which_unreleased_calls_it_waits_for() {
+        let named = |call: &str| {
+            Some(Owner {
+                batch: Arc::from("b"),
+                call: Arc::from(call),
+                tool: None,
+                mark: Some(Arc::new(call.to_owned())),
+            })
+        };
+        let mut d = TenantDomain::default();
+        let a = d.insert(named("a"), &w("kv:r")).unwrap();
+        let anon = d.insert(None, &w("kv:s")).unwrap();
+        let done = d.insert(named("done"), &w("kv:t")).unwrap();
+        d.finish(done.position, None);
+        let c = d.insert(named("c"), &w("kv:*")).unwrap();
+        assert!(waits(&c));
+        let pending: Vec<(&str, bool)> =
+            c.edges.iter().map(|e| (&*e.from.call, e.pending)).collect();
+        assert_eq!(pending, [("a", true), ("done", false)]);
+        assert_eq!(
+            c.unnamed, 1,
+            "the call without an owner is counted, not named"
+        );
+        let mark = c.edges[0].from.mark.as_ref().unwrap();
+        assert_eq!(mark.downcast_ref::<String>().unwrap(), "a");
+        d.finish(a.position, None);
+        d.finish(anon.position, None);
+        d.finish(c.position, None);
     }
 
     #[test]

@@ -66,6 +66,11 @@ pub(crate) fn start(job: &CallJob) -> Option<Ask> {
         return None;
     }
     let kernel = job.kernel().clone();
+    let approver = job
+        .batch
+        .approver
+        .clone()
+        .unwrap_or_else(|| kernel.approver.clone());
     let request = ApprovalRequest {
         tenant: job.batch.tenant.to_string(),
         call_id: job.prepared.call.id.clone(),
@@ -78,7 +83,7 @@ pub(crate) fn start(job: &CallJob) -> Option<Ask> {
         let kernel = kernel.clone();
         move |request: ApprovalRequest| async move {
             let timeout = kernel.options.approval_timeout;
-            match tokio::time::timeout(timeout, kernel.approver.approve(request)).await {
+            match tokio::time::timeout(timeout, approver.approve(request)).await {
                 Ok(Ok(o)) => o,
                 Ok(Err(e)) => ApprovalOutcome::Rejected {
                     by: APPROVER_ERROR.into(),

@@ -190,6 +190,8 @@ impl BatchHandle {
             cancel: CancellationToken::new(),
             on_failure: options.on_failure.unwrap_or(kernel.options.on_failure),
             origin: options.origin,
+            observer: options.observer,
+            approver: options.approver,
         });
         let shared = Arc::new(BatchShared {
             info,

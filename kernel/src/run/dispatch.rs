@@ -24,6 +24,7 @@ use tracing::Instrument;
 use super::approval;
 use super::invoke::invoke;
 use super::job::{CallJob, Outcome};
+use super::observe::{quietly, CallObserver, WaitedCall, Waiting};
 use super::options::OnFailure;
 use super::record::{self, finish};
 use super::result::CallResult;
@@ -107,10 +108,13 @@ pub(crate) fn submit(
     job.authorization = Some(auth);
     // 3. order.
     let domain = job.kernel().domains.get(&job.batch.tenant);
-    // Who a call is matters only for edge records: skip it when nothing is recorded.
-    let owner = job.kernel().sink.enabled().then(|| Owner {
+    // Who a call is matters only for edge records and observers: skip it when neither asks.
+    let observer = job.batch.observer.as_ref();
+    let owner = (job.kernel().sink.enabled() || observer.is_some()).then(|| Owner {
         batch: job.batch.id.clone(),
         call: Arc::from(job.prepared.call.id.as_str()),
+        tool: job.prepared.tool.clone(),
+        mark: observer.and_then(|o| quietly("mark", || o.mark(&job.prepared.call))),
     });
     let inserted = domain.lock().insert(owner, &job.prepared.accesses);
     let inserted = match inserted {
@@ -123,6 +127,9 @@ pub(crate) fn submit(
         }
     };
     let position = Some(inserted.position);
+    if let Some(observer) = &job.batch.observer {
+        tell_waiting(&**observer, &job, &inserted);
+    }
     let edges = edge_records(&job, &inserted);
     let rest = run_ordered(Box::new(job), domain, inserted, edges).instrument(span.clone());
     Dispatched {
@@ -168,6 +175,43 @@ fn authorize(job: &CallJob) -> Authorization {
         input: &job.prepared.call.input,
         accesses: &job.prepared.accesses,
     })
+}
+
+/// Tells the batch's observer what a call just inserted waits for, if anything.
+fn tell_waiting(observer: &dyn CallObserver, job: &CallJob, inserted: &Inserted) {
+    let approval = job
+        .authorization
+        .as_ref()
+        .filter(|a| a.decision == Decision::Ask);
+    let pending = inserted.edges.iter().filter(|e| e.pending);
+    if inserted.unnamed == 0 && approval.is_none() && pending.clone().next().is_none() {
+        return;
+    }
+    let mut calls: Vec<(usize, WaitedCall)> = pending
+        .map(|e| {
+            let from = &e.from;
+            let waited = WaitedCall {
+                batch: from.batch.clone(),
+                call: from.call.clone(),
+                tool: from.tool.as_ref().map(|t| t.id().to_owned()),
+                resource: e.edge.resource.to_text(),
+                kind: e.edge.kind.as_str(),
+                mark: from.mark.clone(),
+            };
+            (e.edge.from, waited)
+        })
+        .collect();
+    calls.sort_by_key(|(position, _)| *position);
+    let calls: Vec<WaitedCall> = calls.into_iter().map(|(_, c)| c).collect();
+    let waiting = Waiting {
+        calls: &calls,
+        unnamed: inserted.unnamed,
+        approval,
+    };
+    quietly("waiting", || {
+        observer.waiting(&job.prepared.call, &waiting);
+        Some(())
+    });
 }
 
 fn edge_records(job: &CallJob, inserted: &Inserted) -> Vec<EdgeRecord> {

@@ -9,6 +9,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::job::{CallJob, Outcome};
+use super::observe::quietly;
 use crate::error::{panic_message, ErrorCode};
 use crate::model::Status;
 use crate::provenance;
@@ -67,6 +68,12 @@ async fn run_handler(
         .limits
         .map(|l| Duration::from_millis(l.cpu_ms.get()))
         .or(job.kernel().options.default_timeout);
+    if let Some(observer) = &job.batch.observer {
+        quietly("started", || {
+            observer.started(&job.prepared.call);
+            Some(())
+        });
+    }
     job.started = Some(Instant::now());
     // The input's digest is taken before the handler runs when a record needs it; otherwise the
     // input moves into the handler instead of being copied.

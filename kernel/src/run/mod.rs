@@ -29,7 +29,7 @@
 //!
 //! # Files, in import order
 //!
-//! `options.rs` (kernel and batch options) < `result.rs` (what a batch hands back) < `shared.rs`
+//! `observe.rs` (watching a batch's calls) < `options.rs` (kernel and batch options) < `result.rs` (what a batch hands back) < `shared.rs`
 //! (what a kernel's and a batch's calls share) < `job.rs` (one call on its way) < `approval.rs`,
 //! `invoke.rs`, `record.rs` (stages 4–6) < `dispatch.rs` (the stages in order) < `batch.rs`
 //! (submission, delivery, the end) < `kernel.rs` (the kernel and its builder).
@@ -44,6 +44,7 @@ mod dispatch;
 mod invoke;
 mod job;
 mod kernel;
+mod observe;
 mod options;
 mod record;
 mod result;
@@ -51,5 +52,6 @@ mod shared;
 
 pub use batch::BatchHandle;
 pub use kernel::{Kernel, KernelBuilder};
+pub use observe::{CallMark, CallObserver, WaitedCall, Waiting};
 pub use options::{BatchOptions, KernelOptions, OnFailure};
 pub use result::{BatchResult, CallResult};

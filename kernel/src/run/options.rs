@@ -1,7 +1,11 @@
 //! The options of a kernel and of a batch.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
+
+use super::observe::CallObserver;
+use crate::authorize::Approver;
 
 /// What happens to the dependents of a call that fails (error, timeout, panic).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -42,7 +46,7 @@ impl Default for KernelOptions {
 }
 
 /// Options of one batch.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 #[non_exhaustive]
 pub struct BatchOptions {
     /// Overrides the kernel's failure mode for this batch.
@@ -52,6 +56,23 @@ pub struct BatchOptions {
     pub priority: i32,
     /// Where the batch came from, for its provenance record.
     pub origin: Option<crate::provenance::BatchOrigin>,
+    /// Watches the batch's calls: what each waits for, when each starts.
+    pub observer: Option<Arc<dyn CallObserver>>,
+    /// Answers this batch's asks instead of the kernel's approver (a gateway asks the client
+    /// that sent the call).
+    pub approver: Option<Arc<dyn Approver>>,
+}
+
+impl std::fmt::Debug for BatchOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchOptions")
+            .field("on_failure", &self.on_failure)
+            .field("priority", &self.priority)
+            .field("origin", &self.origin)
+            .field("observer", &self.observer.is_some())
+            .field("approver", &self.approver.is_some())
+            .finish()
+    }
 }
 
 impl BatchOptions {
@@ -64,6 +85,19 @@ impl BatchOptions {
     /// These options with the batch's origin (recorded in its provenance batch record).
     pub fn with_origin(mut self, origin: crate::provenance::BatchOrigin) -> Self {
         self.origin = Some(origin);
+        self
+    }
+
+    /// These options with an observer of the batch's calls.
+    pub fn with_observer(mut self, observer: Arc<dyn CallObserver>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// These options with the approver of this batch's asks (the kernel's approval timeout
+    /// still applies).
+    pub fn with_approver(mut self, approver: Arc<dyn Approver>) -> Self {
+        self.approver = Some(approver);
         self
     }
 

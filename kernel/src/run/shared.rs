@@ -9,6 +9,7 @@ use dashmap::DashMap;
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
+use super::observe::CallObserver;
 use super::options::{KernelOptions, OnFailure};
 use crate::access::Normalizers;
 use crate::authorize::{ApprovalOutcome, Approver, Authorizer};
@@ -52,6 +53,10 @@ pub(crate) struct BatchInfo {
     pub(crate) on_failure: OnFailure,
     /// Where the batch came from, for its provenance record.
     pub(crate) origin: Option<crate::provenance::BatchOrigin>,
+    /// Watches the batch's calls.
+    pub(crate) observer: Option<Arc<dyn CallObserver>>,
+    /// Answers the batch's asks (else the kernel's approver).
+    pub(crate) approver: Option<Arc<dyn Approver>>,
 }
 
 impl BatchInfo {

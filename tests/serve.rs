@@ -7,7 +7,12 @@ mod support;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
-use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation};
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
+    ElicitationAction, Implementation, NumberOrString, ProgressToken, RequestMetaObject,
+};
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
@@ -62,6 +67,36 @@ async fn mcp_client(url: &str, token: Option<&str>) -> RunningService<RoleClient
     .serve(transport)
     .await
     .expect("the MCP handshake succeeds")
+}
+
+/// Waits until the gateway's own gauge says `n` calls of tenant `default` are in flight.
+async fn in_flight(g: &Gateway, n: usize) {
+    let want = format!(r#"sluice_calls_in_flight{{tenant="default"}} {n}"#);
+    let http = reqwest::Client::new();
+    loop {
+        let m = http
+            .get(format!("{}/metrics", g.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if m.lines().any(|l| l == want) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// Sends SIGTERM to the gateway.
+fn terminate(g: &Gateway) {
+    let pid = g.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
 }
 
 fn args(v: Value) -> serde_json::Map<String, Value> {
@@ -408,26 +443,8 @@ async fn sigterm_drains_and_the_log_verifies() {
         })
     };
     // The signal comes once the call is in flight (the gateway's own gauge says so).
-    loop {
-        let m = http
-            .get(format!("{}/metrics", g.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        if m.contains(r#"sluice_calls_in_flight{tenant="default"} 1"#) {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    let pid = g.child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
+    in_flight(&g, 1).await;
+    terminate(&g);
     // Once it drains (its health says so), new work gets 503.
     loop {
         match http.get(format!("{}/healthz", g.base)).send().await {
@@ -474,10 +491,24 @@ fn client_policy(dir: &std::path::Path) -> std::path::PathBuf {
     policy
 }
 
+/// A policy for tenant `default` that allows everything but asks before `sluice.kv.put`.
+fn ask_puts_policy(dir: &std::path::Path) -> std::path::PathBuf {
+    let policy = dir.join("ask-puts.json");
+    std::fs::write(
+        &policy,
+        json!({"tenants": {"default": {"default": "allow", "rules": [
+            {"id": "ask-puts", "decision": "ask", "tools": ["sluice.kv.put"]}]}}})
+        .to_string(),
+    )
+    .unwrap();
+    policy
+}
+
 /// The official MCP Python SDK (`mcp`, tests/sdk/mcp-requirements.txt) as the client:
 /// tests/sdk/mcp_clients.py lists tools, increments one key from three sessions at once, gets a
-/// denial and an invalid-input result, writes one file from two sessions, and cancels a waiting
-/// call.
+/// denial and an invalid-input result, writes one file from two sessions, cancels a waiting
+/// call; against a gateway with `--approve elicit`, answers elicitation forms (protocol
+/// 2025-11-25: requests to the client) and reads the progress of a waiting call.
 #[test]
 fn the_official_python_mcp_sdk_is_a_client() {
     let py = support::python::packages("mcp-python", "mcp-requirements.txt");
@@ -492,8 +523,18 @@ fn the_official_python_mcp_sdk_is_a_client() {
         dir.to_str().unwrap(),
     ]);
     let url = format!("{}/mcp", g.base);
-    let out = support::python::run_script("mcp_clients.py", &py, &[("SLUICE_MCP_URL", &url)]);
-    assert!(out.contains("6 checks passed"), "{out}");
+    let asking = ask_puts_policy(&dir);
+    let e = start(&["--policy", asking.to_str().unwrap(), "--approve", "elicit"]);
+    let elicit_url = format!("{}/mcp", e.base);
+    let out = support::python::run_script(
+        "mcp_clients.py",
+        &py,
+        &[
+            ("SLUICE_MCP_URL", &url),
+            ("SLUICE_MCP_ELICIT_URL", &elicit_url),
+        ],
+    );
+    assert!(out.contains("8 checks passed"), "{out}");
 }
 
 /// The reference MCP server (npm) behind the gateway: its tool, adopted as a manifest, is called
@@ -630,5 +671,264 @@ fn the_official_typescript_mcp_sdk_is_a_client() {
         out.status.success() && stdout.contains("4 checks passed"),
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// An MCP client for the gateway's tests that declares elicitation: it records the progress
+/// messages it receives and the forms it is asked, and answers each form as `answer` says.
+#[derive(Clone, Default)]
+struct AskingClient {
+    progress: Arc<Mutex<Vec<String>>>,
+    asked: Arc<Mutex<Vec<String>>>,
+    answer: Arc<Mutex<&'static str>>,
+}
+
+impl rmcp::ClientHandler for AskingClient {
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _ctx: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, rmcp::ErrorData> {
+        if let ElicitRequestParams::FormElicitationParams { message, .. } = request {
+            self.asked.lock().unwrap().push(message);
+        }
+        let answer = *self.answer.lock().unwrap();
+        Ok(match answer {
+            "approve" => {
+                ElicitResult::new(ElicitationAction::Accept).with_content(json!({"approve": true}))
+            }
+            "say-no" => {
+                ElicitResult::new(ElicitationAction::Accept).with_content(json!({"approve": false}))
+            }
+            _ => ElicitResult::new(ElicitationAction::Decline),
+        })
+    }
+
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _ctx: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        if let Some(m) = params.message {
+            self.progress.lock().unwrap().push(m);
+        }
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        let capabilities: ClientCapabilities =
+            serde_json::from_value(json!({"elicitation": {"form": {}}})).unwrap();
+        ClientConfig::new(capabilities, Implementation::new("sluice-test", "1.0.0"))
+    }
+}
+
+fn text_of(r: &rmcp::model::CallToolResult) -> String {
+    serde_json::to_value(&r.content).unwrap()[0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A call that waits tells its client what it waits for (progress); asks go to the client's user
+/// (elicitation, as `input_required` on MCP 2026-07-28, rmcp's client driving the rounds); every
+/// call is a span at an OTLP receiver, linked to the span of the call it waited for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn progress_elicitation_and_spans() {
+    let receiver = support::otlp::start().await;
+    let dir = temp_dir("serve-otlp");
+    let log = dir.join("log.jsonl");
+    let policy = ask_puts_policy(&dir);
+    let mut g = start(&[
+        "--policy",
+        policy.to_str().unwrap(),
+        "--approve",
+        "elicit",
+        "--otlp",
+        &receiver.url(),
+        "--provenance",
+        log.to_str().unwrap(),
+    ]);
+    let url = format!("{}/mcp", g.base);
+    let handler = AskingClient::default();
+    let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), {
+        StreamableHttpClientTransportConfig::with_uri(url.as_str())
+    });
+    let a = handler.clone().serve(transport).await.unwrap();
+    // `sluice.kv.incr` asks on its first use (its manifest's mode): the user approves.
+    *handler.answer.lock().unwrap() = "approve";
+
+    // Progress: a call that waits for a conflicting one says so, then that it runs.
+    let holder = {
+        let peer = a.peer().clone();
+        tokio::spawn(async move {
+            peer.call_tool(
+                CallToolRequestParams::new("sluice.kv.incr")
+                    .with_arguments(args(json!({"key": "p", "delay_ms": 300}))),
+            )
+            .await
+        })
+    };
+    in_flight(&g, 1).await;
+    let mut waiting =
+        CallToolRequestParams::new("sluice.kv.incr").with_arguments(args(json!({"key": "p"})));
+    let mut meta = RequestMetaObject::default();
+    meta.set_progress_token(ProgressToken(NumberOrString::Number(7)));
+    waiting.meta = Some(meta);
+    let waited = a.call_tool(waiting).await.unwrap();
+    assert_ne!(waited.is_error, Some(true), "{waited:?}");
+    assert_ne!(holder.await.unwrap().unwrap().is_error, Some(true));
+    // rmcp's client gives every request a progress token: the first call said it waited for
+    // its approval, the second for the first; both said they ran.
+    let progress = handler.progress.lock().unwrap().clone();
+    assert_eq!(progress.len(), 4, "{progress:?}");
+    assert!(
+        progress.contains(
+            &"waiting for approval, asked by `mode:ask_on_first_use` (the tool's \
+              human-in-the-loop mode)"
+                .to_owned()
+        ),
+        "{progress:?}"
+    );
+    let conflict = progress
+        .iter()
+        .find_map(|m| m.strip_prefix("waiting for call `"))
+        .unwrap_or_else(|| panic!("{progress:?}"));
+    assert!(
+        conflict.ends_with("(sluice.kv.incr) on kv:p (read-after-write)"),
+        "{progress:?}"
+    );
+    let running = progress.iter().filter(|m| *m == "running sluice.kv.incr");
+    assert_eq!(running.count(), 2, "{progress:?}");
+    let first_use = std::mem::take(&mut *handler.asked.lock().unwrap());
+    assert_eq!(
+        first_use.len(),
+        1,
+        "a first use is asked once: {first_use:?}"
+    );
+
+    // Elicitation: approved runs, declined and "no" are rejected, naming who answered.
+    let put = |value: i64| {
+        CallToolRequestParams::new("sluice.kv.put")
+            .with_arguments(args(json!({"key": "e", "value": value})))
+    };
+    let ok = a.call_tool(put(1)).await.unwrap();
+    assert_ne!(ok.is_error, Some(true), "{ok:?}");
+    let asked = handler.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(
+        asked[0].contains("`sluice.kv.put`") && asked[0].contains("ask-puts"),
+        "{asked:?}"
+    );
+    for answer in ["decline", "say-no"] {
+        *handler.answer.lock().unwrap() = answer;
+        let no = a.call_tool(put(2)).await.unwrap();
+        assert_eq!(no.is_error, Some(true), "{answer}: {no:?}");
+        assert!(
+            text_of(&no).starts_with("rejected (elicitation:sluice-test):"),
+            "{answer}: {}",
+            text_of(&no)
+        );
+    }
+    // A client that cannot be asked is rejected: fail closed.
+    let mute = mcp_client(&url, None).await;
+    let no = mute.call_tool(put(3)).await.unwrap();
+    assert!(
+        text_of(&no).starts_with("rejected (no-elicitation):"),
+        "{}",
+        text_of(&no)
+    );
+    // The batch API has nobody to ask either.
+    let http = reqwest::Client::new();
+    let v: Value = http
+        .post(format!("{}/v1/run", g.base))
+        .header("content-type", "application/json")
+        .body(
+            json!({"calls": [{"id": "b", "tool": "sluice.kv.put",
+                              "input": {"key": "e", "value": 4}}]})
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["results"][0]["status"], "rejected", "{v}");
+    let get = a
+        .call_tool(
+            CallToolRequestParams::new("sluice.kv.get").with_arguments(args(json!({"key": "e"}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        get.structured_content.unwrap()["value"],
+        1,
+        "only the approved put ran"
+    );
+    a.cancel().await.unwrap();
+    mute.cancel().await.unwrap();
+
+    // The drain sends the last spans.
+    terminate(&g);
+    assert_eq!(g.child.wait().unwrap().code(), Some(0));
+    g.child = Command::new("true").spawn().unwrap();
+    assert_eq!(receiver.errors(), Vec::<String>::new());
+    let spans = receiver.spans();
+    assert_eq!(spans.len(), 8, "one span per call: {spans:#?}");
+    for s in &spans {
+        assert!(s.name.starts_with("execute_tool "), "{s:?}");
+        assert_eq!(s.attr("gen_ai.operation.name"), Some("execute_tool"));
+        assert_eq!(
+            Some(&s.name["execute_tool ".len()..]),
+            s.attr("gen_ai.tool.name")
+        );
+        assert!(s.attr("gen_ai.tool.call.id").is_some(), "{s:?}");
+        assert_eq!(s.attr("sluice.tenant"), Some("default"));
+        assert_eq!(s.service, "sluice");
+        assert!(s.end_unix_nano >= s.start_unix_nano);
+    }
+    let incr: Vec<&support::otlp::Span> = spans
+        .iter()
+        .filter(|s| s.name == "execute_tool sluice.kv.incr")
+        .collect();
+    assert_eq!(incr.len(), 2);
+    let (linked, first): (Vec<&support::otlp::Span>, Vec<_>) =
+        incr.iter().partition(|s| !s.links.is_empty());
+    assert_eq!((linked.len(), first.len()), (1, 1), "{incr:#?}");
+    let (to, link_attrs) = &linked[0].links[0];
+    assert_eq!(
+        to, &first[0].span_id,
+        "the link names the span it waited for"
+    );
+    assert_eq!(
+        link_attrs.get("sluice.conflict.kind").map(String::as_str),
+        Some("read-after-write")
+    );
+    assert!(linked[0].events.contains(&"sluice.started".to_owned()));
+    let puts: Vec<&support::otlp::Span> = spans
+        .iter()
+        .filter(|s| s.name == "execute_tool sluice.kv.put")
+        .collect();
+    assert_eq!(puts.len(), 5);
+    let errors: Vec<Option<&str>> = puts.iter().map(|s| s.attr("error.type")).collect();
+    assert_eq!(
+        errors.iter().filter(|e| e.is_none()).count(),
+        1,
+        "{errors:?}"
+    );
+    assert_eq!(
+        errors.iter().filter(|e| **e == Some("rejected")).count(),
+        4,
+        "{errors:?}"
+    );
+    assert!(puts
+        .iter()
+        .filter(|s| s.attr("error.type").is_some())
+        .all(|s| s.status_code == 2));
+
+    // Provenance names who approved.
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains(r#""approver":"elicitation:sluice-test""#),
+        "{text}"
     );
 }

@@ -8,9 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::ValueEnum;
-use sluice::kernel::authorize::{ApproveAll, RejectAll};
+use sluice::kernel::authorize::{
+    ApprovalFuture, ApprovalOutcome, ApprovalRequest, ApproveAll, RejectAll,
+};
 use sluice::kernel::builtin::KvStore;
-use sluice::serve::{read_tokens, serve_http, serve_stdio, Gateway, GatewayOptions};
+use sluice::serve::{read_tokens, serve_http, serve_stdio, Gateway, GatewayOptions, Telemetry};
 
 use super::common::{bind_endpoints, load_tools, LogArgs};
 use super::Failure;
@@ -44,9 +46,15 @@ pub(crate) struct Args {
     /// The provenance log and its checkpoints.
     #[command(flatten)]
     log: LogArgs,
-    /// Who answers asks: `none` rejects (fail closed), `all` approves.
+    /// Who answers asks: `none` rejects (fail closed), `all` approves, `elicit` asks the user of
+    /// the MCP client that sent the call (a client that cannot be asked, and the batch API, are
+    /// rejected).
     #[arg(long, value_enum, default_value = "none")]
     approve: ApproveMode,
+    /// Export one OpenTelemetry span per call to this OTLP/HTTP collector (`http://HOST:4318`
+    /// gets `/v1/traces`; a URL with a path is used as written).
+    #[arg(long, value_name = "URL")]
+    otlp: Option<String>,
     /// The directory the built-in fs tools are confined to. Default: the current directory.
     #[arg(long)]
     root: Option<PathBuf>,
@@ -71,6 +79,7 @@ pub(crate) struct Args {
 enum ApproveMode {
     None,
     All,
+    Elicit,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -108,6 +117,18 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     builder = match args.approve {
         ApproveMode::All => builder.approver(ApproveAll),
         ApproveMode::None => builder.approver(RejectAll),
+        // MCP calls are asked through their client; what reaches the kernel's approver is an
+        // ask nobody can answer (the batch API's).
+        ApproveMode::Elicit => builder.approver(|_request: ApprovalRequest| {
+            Box::pin(async {
+                Ok(ApprovalOutcome::Rejected {
+                    by: "no-elicitation".into(),
+                    reason: "only an MCP client's user can approve (`--approve elicit`); the \
+                             batch API has nobody to ask"
+                        .into(),
+                })
+            }) as ApprovalFuture
+        }),
     };
     let log = args.log.open()?;
     if let Some(log) = &log {
@@ -121,7 +142,17 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .with_default_tenant(&args.tenant)
         .with_max_body(args.max_body)
         .with_max_sessions(args.max_sessions)
-        .with_drain_timeout(Duration::from_secs(args.drain_timeout));
+        .with_drain_timeout(Duration::from_secs(args.drain_timeout))
+        .with_elicitation(args.approve == ApproveMode::Elicit);
+    let options = match &args.otlp {
+        Some(url) => {
+            options.with_telemetry(Arc::new(Telemetry::otlp(url).map_err(|e| Failure {
+                code: 2,
+                message: e.to_string(),
+            })?))
+        }
+        None => options,
+    };
     let options = match engine {
         Some(engine) => options.with_hidden_tools(Arc::new(move |tenant: &str, tool: &str| {
             engine.tool_denied(tenant, tool)
@@ -131,7 +162,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let gateway = Arc::new(Gateway::new(kernel, options)?);
     let served = runtime.block_on(async {
         if args.stdio {
-            return serve_stdio(gateway.clone(), &args.tenant).await;
+            let served = serve_stdio(gateway.clone(), &args.tenant).await;
+            // The session is over: its calls end, the last spans go out.
+            gateway.drain().await;
+            return served;
         }
         let listener = tokio::net::TcpListener::bind(args.listen).await?;
         let addr = listener.local_addr()?;

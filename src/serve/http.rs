@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::mcp::{McpSession, Tenant};
-use super::{error_body, Gateway};
+use super::{error_body, Caller, Gateway};
 use crate::kernel::access::Normalizers;
 use crate::kernel::adapters::{Api, ExportOptions, IngestOptions};
 use crate::kernel::order::Plan;
@@ -211,6 +211,11 @@ async fn handle(gateway: Arc<Gateway>, mcp: Mcp, mut req: Request<Incoming>) -> 
         (Method::GET, "/v1/tools") => tools(&gateway, req.uri().query()),
         (Method::POST, "/v1/plan" | "/v1/run") => {
             let query = req.uri().query().map(str::to_owned);
+            let traceparent = req
+                .headers()
+                .get("traceparent")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
             let is_json = req
                 .headers()
                 .get(hyper::header::CONTENT_TYPE)
@@ -246,7 +251,9 @@ async fn handle(gateway: Arc<Gateway>, mcp: Mcp, mut req: Request<Incoming>) -> 
             if path == "/v1/plan" {
                 plan(&gateway, &tenant, &doc)
             } else {
-                run(&gateway, &tenant, query.as_deref(), &doc).await
+                let mut caller = Caller::new(&tenant, http_origin(), CancellationToken::new());
+                caller.traceparent = traceparent;
+                run(&gateway, caller, query.as_deref(), &doc).await
             }
         }
         (_, "/metrics" | "/v1/tools" | "/v1/plan" | "/v1/run") => error(
@@ -366,7 +373,21 @@ fn plan(gateway: &Gateway, tenant: &str, doc: &Value) -> Response<Body> {
     json_response(StatusCode::OK, &report::plan_json(&plan, None))
 }
 
-async fn run(gateway: &Gateway, tenant: &str, query: Option<&str>, doc: &Value) -> Response<Body> {
+/// The origin of a batch API request.
+fn http_origin() -> BatchOrigin {
+    BatchOrigin {
+        transport: "http".into(),
+        ..BatchOrigin::default()
+    }
+}
+
+async fn run(
+    gateway: &Gateway,
+    caller: Caller,
+    query: Option<&str>,
+    doc: &Value,
+) -> Response<Body> {
+    let tenant = caller.tenant.as_str();
     let input = param(query, "batch-format").unwrap_or("sluice");
     let output = param(query, "format").unwrap_or("json");
     let (Some(input_api), Some(output_api)) = (api_of(input), api_of(output)) else {
@@ -392,14 +413,7 @@ async fn run(gateway: &Gateway, tenant: &str, query: Option<&str>, doc: &Value) 
             Err(e) => return batch_error(e),
         },
     };
-    let origin = BatchOrigin {
-        transport: "http".into(),
-        ..BatchOrigin::default()
-    };
-    let result = match gateway
-        .run_batch(batch, origin, CancellationToken::new())
-        .await
-    {
+    let result = match gateway.run_batch(batch, caller).await {
         Ok(r) => r,
         Err(e) => return batch_error(e),
     };

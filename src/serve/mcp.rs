@@ -1,18 +1,24 @@
 //! The MCP side of the gateway: rmcp's server, one [`McpSession`] per client session (streamable
 //! HTTP) or one for the process (stdio).
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, NumberOrString, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    InputRequest, InputRequiredResult, ListToolsResult, NumberOrString, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig,
     Tool, ToolAnnotations,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{json, Map, Value};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 
-use super::{failure_text, Gateway};
+use super::elicit;
+use super::{failure_text, Caller, Gateway, Progress};
 use crate::kernel::adapters::{result_text, Api, ExportOptions};
 use crate::kernel::model::{AccessMode, EffectKind, Status};
 use crate::kernel::provenance::BatchOrigin;
@@ -216,12 +222,33 @@ impl ServerHandler for McpSession {
                 Some(json!({"code": "shutting-down"})),
             ));
         }
+        let client = ctx.client_info();
+        let client_name = client
+            .as_ref()
+            .map_or_else(|| "mcp-client".to_owned(), |c| c.name.clone());
+        if let Some(state) = &request.request_state {
+            let answer = request
+                .input_responses
+                .as_ref()
+                .and_then(|r| r.get(APPROVE));
+            let resumed = self
+                .gateway
+                .asks
+                .resume(&tenant, state, &client_name, answer)
+                .map_err(|_| {
+                    ErrorData::invalid_params(
+                        "no call waits under this requestState: it was resumed already, or it \
+                         is not one this gateway gave",
+                        None,
+                    )
+                })?;
+            return finish(&request.name, resumed.call, resumed.cancel, &ctx.ct).await;
+        }
         let id = match &ctx.id {
             NumberOrString::Number(n) => n.to_string(),
             NumberOrString::String(s) => s.to_string(),
         };
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
-        let client = ctx.peer.peer_info();
         let origin = BatchOrigin {
             transport: "mcp".into(),
             session: ctx
@@ -230,19 +257,142 @@ impl ServerHandler for McpSession {
                 .and_then(|p| p.headers.get("mcp-session-id"))
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned),
-            client: client.as_ref().map(|c| c.client_info.name.clone()),
-            client_version: client.as_ref().map(|c| c.client_info.version.clone()),
+            client: client.as_ref().map(|c| c.name.clone()),
+            client_version: client.as_ref().map(|c| c.version.clone()),
         };
-        match self
-            .gateway
-            .call(&tenant, &id, &request.name, args, origin, ctx.ct.clone())
-            .await
-        {
-            Some(r) => Ok(to_mcp(&r).into()),
-            None => Err(ErrorData::invalid_params(
-                format!("no tool `{}` is registered", request.name),
-                Some(json!({"tool": request.name})),
-            )),
+        // The call's own token: a request that answers `input_required` ends, the call does not.
+        let cancel = CancellationToken::new();
+        let mut caller = Caller::new(&tenant, origin, cancel.clone());
+        caller.traceparent = ctx
+            .meta
+            .get("traceparent")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let progress = ctx
+            .meta
+            .get_progress_token()
+            .map(|token| ProgressForwarder::start(ctx.peer.clone(), token));
+        caller.progress = progress.as_ref().map(ProgressForwarder::sink);
+        let mut relayed = None;
+        if self.gateway.options().elicit {
+            let capable = elicit::can_elicit(ctx.client_capabilities().as_ref());
+            let modern = ctx
+                .protocol_version()
+                .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+            if modern && capable {
+                let (tx, rx) = mpsc::channel(1);
+                caller.approver = Some(Arc::new(elicit::Relay(tx)));
+                relayed = Some(rx);
+            } else {
+                caller.approver = Some(Arc::new(elicit::Elicit {
+                    peer: ctx.peer.clone(),
+                    client: client_name,
+                    capable: capable && !modern,
+                }));
+            }
+        }
+        let gateway = self.gateway.clone();
+        let name = request.name.to_string();
+        let mut call = tokio::spawn(async move { gateway.call(caller, &id, &name, args).await });
+        if let Some(mut asks) = relayed {
+            tokio::select! {
+                biased;
+                Some((ask, answer)) = asks.recv() => {
+                    let keep = self.gateway.kernel().options().approval_timeout
+                        + Duration::from_secs(60);
+                    let state = self.gateway.asks.insert(&tenant, answer, call, cancel, keep);
+                    let requests = BTreeMap::from([(
+                        APPROVE.to_owned(),
+                        InputRequest::Elicitation(elicit::input_request(&ask)),
+                    )]);
+                    return Ok(InputRequiredResult::new(Some(requests), Some(state)).into());
+                }
+                _ = &mut call => {}
+                _ = ctx.ct.cancelled() => cancel.cancel(),
+            }
+        }
+        let response = finish(&request.name, call, cancel, &ctx.ct).await;
+        if let Some(p) = progress {
+            p.flush().await;
+        }
+        response
+    }
+}
+
+/// The key of the approval form in `inputRequests` and `inputResponses`.
+const APPROVE: &str = "approve";
+
+/// Waits for a call (cancelled with the request), as the `tools/call` answer.
+async fn finish(
+    name: &str,
+    mut call: tokio::task::JoinHandle<Option<CallResult>>,
+    cancel: CancellationToken,
+    request: &CancellationToken,
+) -> Result<CallToolResponse, ErrorData> {
+    let done = tokio::select! {
+        r = &mut call => r,
+        _ = request.cancelled() => {
+            cancel.cancel();
+            call.await
+        }
+    };
+    match done {
+        Ok(Some(r)) => Ok(to_mcp(&r).into()),
+        Ok(None) => Err(ErrorData::invalid_params(
+            format!("no tool `{name}` is registered"),
+            Some(json!({"tool": name})),
+        )),
+        Err(e) => Err(ErrorData::internal_error(
+            format!("the call's task failed: {e}"),
+            None,
+        )),
+    }
+}
+
+/// Sends a call's progress to its client in order, on the request's progress token.
+struct ProgressForwarder {
+    tx: mpsc::UnboundedSender<Forward>,
+}
+
+enum Forward {
+    Progress(f64, String),
+    /// Answered once everything before it was sent.
+    Flush(oneshot::Sender<()>),
+}
+
+impl ProgressForwarder {
+    fn start(peer: Peer<RoleServer>, token: ProgressToken) -> Self {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(m) = rx.recv().await {
+                match m {
+                    Forward::Progress(progress, message) => {
+                        let mut p = ProgressNotificationParam::new(token.clone(), progress);
+                        p.message = Some(message);
+                        // A client that went away misses its progress; the call goes on.
+                        let _ = peer.notify_progress(p).await;
+                    }
+                    Forward::Flush(done) => {
+                        let _ = done.send(());
+                    }
+                }
+            }
+        });
+        ProgressForwarder { tx }
+    }
+
+    fn sink(&self) -> Progress {
+        let tx = self.tx.clone();
+        Arc::new(move |progress, message| {
+            let _ = tx.send(Forward::Progress(progress, message));
+        })
+    }
+
+    /// Waits until every progress sent so far has gone out (before the result does).
+    async fn flush(self) {
+        let (done, sent) = oneshot::channel();
+        if self.tx.send(Forward::Flush(done)).is_ok() {
+            let _ = sent.await;
         }
     }
 }

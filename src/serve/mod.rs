@@ -23,13 +23,17 @@
 //! # }
 //! ```
 
+mod elicit;
 mod http;
 mod mcp;
 mod metrics;
+mod trace;
+mod watch;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -39,6 +43,8 @@ use tokio_util::sync::CancellationToken;
 pub use http::serve_http;
 pub use mcp::{serve_stdio, McpSession};
 pub use metrics::Metrics;
+pub use trace::Telemetry;
+pub use watch::Progress;
 
 use crate::kernel::adapters::ToolNames;
 use crate::kernel::authorize::DecidedBy;
@@ -61,6 +67,14 @@ pub enum ServeError {
     /// The tools' names collide.
     #[error(transparent)]
     Kernel(#[from] crate::kernel::Error),
+    /// The OTLP endpoint is unusable.
+    #[error("--otlp {url}: {why}")]
+    Otlp {
+        /// The URL given.
+        url: String,
+        /// What is wrong with it.
+        why: String,
+    },
 }
 
 /// How the gateway serves.
@@ -82,10 +96,15 @@ pub struct GatewayOptions {
     /// Whether a tool is left out of a tenant's `tools/list` (`(tenant, tool id)`: the tools a
     /// tool rule of its policy denies). Default: every tool is listed.
     pub hidden: Option<HiddenTools>,
+    /// Whether an MCP call's asks go to its client's user through MCP elicitation
+    /// (`--approve elicit`). Without it, the kernel's approver answers.
+    pub elicit: bool,
+    /// Where each call's span goes (`--otlp`); `None`: no spans.
+    pub telemetry: Option<Arc<Telemetry>>,
 }
 
 /// Decides which tools a tenant's `tools/list` leaves out: `(tenant, tool id) -> hidden`.
-pub type HiddenTools = std::sync::Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
+pub type HiddenTools = Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
 
 impl std::fmt::Debug for GatewayOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -96,6 +115,8 @@ impl std::fmt::Debug for GatewayOptions {
             .field("drain_timeout", &self.drain_timeout)
             .field("max_sessions", &self.max_sessions)
             .field("hidden", &self.hidden.is_some())
+            .field("elicit", &self.elicit)
+            .field("telemetry", &self.telemetry.as_ref().map(|t| t.endpoint()))
             .finish()
     }
 }
@@ -109,6 +130,8 @@ impl Default for GatewayOptions {
             drain_timeout: Duration::from_secs(30),
             max_sessions: 1024,
             hidden: None,
+            elicit: false,
+            telemetry: None,
         }
     }
 }
@@ -141,6 +164,19 @@ impl GatewayOptions {
     /// Leaves out of each tenant's `tools/list` the tools `hidden(tenant, tool id)` says.
     pub fn with_hidden_tools(mut self, hidden: HiddenTools) -> Self {
         self.hidden = Some(hidden);
+        self
+    }
+
+    /// Asks the user of the MCP client that sent a call, through elicitation, when the call's
+    /// authorization asks.
+    pub fn with_elicitation(mut self, elicit: bool) -> Self {
+        self.elicit = elicit;
+        self
+    }
+
+    /// Exports a span per call through `telemetry`.
+    pub fn with_telemetry(mut self, telemetry: Arc<Telemetry>) -> Self {
+        self.telemetry = Some(telemetry);
         self
     }
 
@@ -201,6 +237,9 @@ pub struct Gateway {
     idle: Notify,
     /// Cancelled when a drain gives up waiting: every call still running is cancelled.
     abort: CancellationToken,
+    /// Calls that answered `input_required` (`--approve elicit`, MCP 2026-07-28) and wait for
+    /// their client's retry.
+    asks: elicit::PendingAsks,
 }
 
 impl Gateway {
@@ -217,6 +256,7 @@ impl Gateway {
             sessions: AtomicUsize::new(0),
             idle: Notify::new(),
             abort: CancellationToken::new(),
+            asks: elicit::PendingAsks::default(),
         })
     }
 
@@ -256,8 +296,15 @@ impl Gateway {
     }
 
     /// Stops taking new work, waits up to the drain timeout for the calls in flight, then
-    /// cancels the rest and waits for them to end.
+    /// cancels the rest and waits for them to end; then sends the last spans.
     pub async fn drain(&self) {
+        self.wait_for_calls().await;
+        if let Some(t) = &self.options.telemetry {
+            t.shutdown().await;
+        }
+    }
+
+    async fn wait_for_calls(&self) {
         self.draining.store(true, Ordering::SeqCst);
         let quiet = async {
             loop {
@@ -295,50 +342,58 @@ impl Gateway {
     /// kernel refuses is an `internal` result.
     pub async fn call(
         &self,
-        tenant: &str,
+        caller: Caller,
         call_id: &str,
         name: &str,
         arguments: Value,
-        origin: BatchOrigin,
-        cancel: CancellationToken,
     ) -> Option<CallResult> {
         let tool = self.mcp_tool(name)?;
         let batch = match crate::kernel::Batch::new(
-            tenant,
+            &caller.tenant,
             vec![Call::new(call_id, tool.clone(), arguments)],
         ) {
             Ok(b) => b,
             Err(e) => return Some(internal(call_id, &tool, e.to_string())),
         };
-        match self.run_batch(batch, origin, cancel).await {
+        match self.run_batch(batch, caller).await {
             Ok(mut result) => result.results.pop(),
             Err(e) => Some(internal(call_id, &tool, e.to_string())),
         }
     }
 
-    /// Runs a batch in its tenant's conflict domain, counted in flight and in the metrics, its
-    /// provenance batch record naming `origin`; `cancel` (a client's cancellation) or a drain
-    /// that gives up cancels it.
+    /// Runs a batch in its tenant's conflict domain (the caller's tenant must be the batch's),
+    /// counted in flight and in the metrics, its provenance batch record naming the caller's
+    /// origin; the caller's cancellation or a drain that gives up cancels it.
     pub async fn run_batch(
         &self,
         batch: crate::kernel::Batch,
-        origin: BatchOrigin,
-        cancel: CancellationToken,
+        caller: Caller,
     ) -> crate::kernel::Result<crate::kernel::BatchResult> {
         let _flight = self.enter();
+        let began = SystemTime::now();
         let tenant = batch.tenant.clone();
         for _ in &batch.calls {
             self.metrics.started(&tenant);
         }
-        let mut handle = self
-            .kernel
-            .open_with(&tenant, BatchOptions::default().with_origin(origin))?;
+        let mut options = BatchOptions::default().with_origin(caller.origin);
+        if let Some(a) = caller.approver {
+            options = options.with_approver(a);
+        }
+        let watch = watch::Watch::new(caller.progress, self.options.telemetry.clone());
+        options = options.with_observer(watch.clone());
+        let mut handle = self.kernel.open_with(&tenant, options)?;
+        if self.options.telemetry.is_some() {
+            let mut scope = trace::SpanScope::new(&tenant, caller.traceparent.as_deref());
+            scope.batch = handle.id().to_owned();
+            watch.set_scope(scope);
+        }
         for call in batch.calls {
             handle.submit(call)?;
         }
         handle.close();
         let batch_cancel = handle.cancellation_token();
         let abort = self.abort.clone();
+        let cancel = caller.cancel;
         let watcher = tokio::spawn(async move {
             tokio::select! {
                 _ = cancel.cancelled() => {}
@@ -346,6 +401,12 @@ impl Gateway {
             }
             batch_cancel.cancel();
         });
+        // Spans end as their calls do, not when the batch does.
+        if self.options.telemetry.is_some() {
+            while let Some(r) = handle.next_completion().await {
+                watch.finish(&r, began);
+            }
+        }
         let result = handle.finish().await;
         watcher.abort();
         for r in &result.results {
@@ -363,6 +424,50 @@ impl Gateway {
     /// The names table of the registered tools.
     pub fn names(&self) -> &ToolNames {
         &self.names
+    }
+}
+
+/// Who sent a call or a batch, and how to reach them while it runs.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct Caller {
+    /// The tenant.
+    pub tenant: String,
+    /// Where the work came from (for the provenance batch record).
+    pub origin: BatchOrigin,
+    /// Cancelled when the client cancels (or its session ends).
+    pub cancel: CancellationToken,
+    /// Where progress goes, when the client asked for it.
+    pub progress: Option<Progress>,
+    /// Who answers the asks instead of the kernel's approver (the client, by elicitation).
+    pub approver: Option<Arc<dyn crate::kernel::authorize::Approver>>,
+    /// The client's W3C `traceparent`, when it sent one: the calls' spans are its children.
+    pub traceparent: Option<String>,
+}
+
+impl Caller {
+    /// A caller of `tenant` from `origin`, cancelled by `cancel`.
+    pub fn new(tenant: &str, origin: BatchOrigin, cancel: CancellationToken) -> Self {
+        Caller {
+            tenant: tenant.to_owned(),
+            origin,
+            cancel,
+            progress: None,
+            approver: None,
+            traceparent: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Caller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caller")
+            .field("tenant", &self.tenant)
+            .field("origin", &self.origin)
+            .field("progress", &self.progress.is_some())
+            .field("approver", &self.approver.is_some())
+            .field("traceparent", &self.traceparent)
+            .finish_non_exhaustive()
     }
 }
 

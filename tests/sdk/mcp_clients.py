@@ -1,7 +1,8 @@
 """`sluice serve` driven by the official MCP Python SDK (`mcp`), as an MCP client would.
 
 Run by tests/serve.rs with SLUICE_MCP_URL set to a gateway whose tenant's policy denies deletes
-and the tool `sluice.sleep`, and whose approver approves asks. Prints one line per check; exits non-zero on the first failure.
+and the tool `sluice.sleep`, and whose approver approves asks, and SLUICE_MCP_ELICIT_URL set to
+one that asks the client's user (`--approve elicit`) before `sluice.kv.put`. Prints one line per check; exits non-zero on the first failure.
 """
 
 import asyncio
@@ -10,17 +11,19 @@ import os
 import sys
 
 import httpx2
-from mcp import ClientSession
+from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 
 URL = os.environ["SLUICE_MCP_URL"]
+# A second gateway, `--approve elicit`, whose policy asks before `sluice.kv.put`.
+ELICIT_URL = os.environ["SLUICE_MCP_ELICIT_URL"]
 
 
-async def with_session(work):
+async def with_session(work, url=URL, **options):
     async with httpx2.AsyncClient(timeout=60) as http:
-        async with streamable_http_client(URL, http_client=http) as streams:
+        async with streamable_http_client(url, http_client=http) as streams:
             read, write = streams[0], streams[1]
-            async with ClientSession(read, write) as session:
+            async with ClientSession(read, write, **options) as session:
                 await session.initialize()
                 return await work(session)
 
@@ -109,7 +112,51 @@ async def main():
     value = await with_session(cancel)
     assert value == 1, f"the cancelled increment ran: {value}"
     print("ok   a cancelled waiting call never runs")
-    print("6 checks passed")
+
+    # `--approve elicit`: the SDK's elicitation callback is asked (protocol 2025-11-25: an
+    # elicitation/create request while the call waits); only an accepted `approve: true` runs it.
+    asked, answer = [], {"action": "accept", "content": {"approve": True}}
+
+    async def elicit(context, params):
+        asked.append(params.message)
+        return types.ElicitResult(**answer)
+
+    async def puts(s):
+        ok = await s.call_tool("sluice.kv.put", {"key": "e", "value": 1})
+        answer.clear()
+        answer.update({"action": "decline"})
+        no = await s.call_tool("sluice.kv.put", {"key": "e", "value": 2})
+        got = await s.call_tool("sluice.kv.get", {"key": "e"})
+        return ok, no, got.structured_content["value"]
+    ok, no, value = await with_session(puts, ELICIT_URL, elicitation_callback=elicit)
+    assert not ok.is_error, text(ok)
+    assert no.is_error and text(no).startswith("rejected (elicitation:"), text(no)
+    assert value == 1, f"the declined put ran: {value}"
+    assert len(asked) == 2 and "`sluice.kv.put`" in asked[0] and "ask-puts" in asked[0], asked
+    print("ok   asks go to the user through elicitation: approved runs, declined is rejected")
+
+    # Progress: a call that waits says what it waits for, then that it runs.
+    answer.clear()
+    answer.update({"action": "accept", "content": {"approve": True}})
+    messages = []
+
+    async def on_progress(progress, total, message):
+        messages.append(message)
+
+    async def waits(s):
+        first = asyncio.ensure_future(
+            s.call_tool("sluice.kv.incr", {"key": "pp", "delay_ms": 400}))
+        await asyncio.sleep(0.15)
+        second = await s.call_tool("sluice.kv.incr", {"key": "pp"},
+                                   progress_callback=on_progress)
+        return await first, second
+    first, second = await with_session(waits, ELICIT_URL, elicitation_callback=elicit)
+    assert not first.is_error and not second.is_error, (text(first), text(second))
+    assert any(m.startswith("waiting for call `") and m.endswith("on kv:pp (read-after-write)")
+               for m in messages), messages
+    assert messages[-1] == "running sluice.kv.incr", messages
+    print("ok   a waiting call's progress says what it waits for, then that it runs")
+    print("8 checks passed")
 
 
 if __name__ == "__main__":

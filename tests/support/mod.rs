@@ -3,6 +3,7 @@
 
 pub mod http_server;
 pub mod mcp;
+pub mod otlp;
 pub mod python;
 
 /// The transitive closure of a DAG whose edges go from lower to higher positions:

@@ -299,6 +299,11 @@ impl Kernel {
         &self.inner.tools
     }
 
+    /// The options it was built with.
+    pub fn options(&self) -> &KernelOptions {
+        &self.inner.options
+    }
+
     /// Plans a batch without running it.
     pub fn plan(&self, batch: Batch) -> Plan {
         Plan::new(&self.inner.tools, &self.inner.normalizers, batch)

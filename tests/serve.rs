@@ -932,3 +932,85 @@ async fn progress_elicitation_and_spans() {
         "{text}"
     );
 }
+
+/// A client that sends a request and never reads the answer: the gateway's blocked write gives
+/// up after `--write-timeout`, the connection is dropped (and counted), and nobody else waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_dropped_and_the_others_go_on() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = temp_dir("serve-stalled");
+    std::fs::write(dir.join("big.txt"), "x".repeat(4 << 20)).unwrap();
+    let g = start(&["--root", dir.to_str().unwrap(), "--write-timeout", "1"]);
+    let addr: std::net::SocketAddr = g.base.strip_prefix("http://").unwrap().parse().unwrap();
+
+    // ~16 MiB of answer to a client whose receive buffer is small and who never reads.
+    let calls: Vec<Value> = (0..4)
+        .map(|i| json!({"id": format!("r{i}"), "tool": "sluice.fs.read", "input": {"path": "big.txt"}}))
+        .collect();
+    let body = json!({ "calls": calls }).to_string();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stalled = socket.connect(addr).await.unwrap();
+    let request = format!(
+        "POST /v1/run HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stalled.write_all(request.as_bytes()).await.unwrap();
+
+    // Everyone else is served meanwhile.
+    let http = reqwest::Client::new();
+    let run = |key: &'static str| {
+        let http = http.clone();
+        let url = format!("{}/v1/run", g.base);
+        async move {
+            http.post(url)
+                .header("content-type", "application/json")
+                .body(
+                    json!({"calls": [{"id": "p", "tool": "sluice.kv.put",
+                                      "input": {"key": key, "value": 1}}]})
+                    .to_string(),
+                )
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(run("a").await["results"][0]["status"], "ok");
+
+    // The gateway gives up on the stalled client, and says so.
+    loop {
+        let m = http
+            .get(format!("{}/metrics", g.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if m.lines()
+            .any(|l| l == "sluice_http_stalled_connections_total 1")
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // What the stalled client can still read ends before the whole answer: it was cut off.
+    let mut got = Vec::new();
+    let _ = stalled.read_to_end(&mut got).await;
+    assert!(
+        got.len() < 16 << 20,
+        "the whole answer arrived: {} bytes",
+        got.len()
+    );
+    assert_eq!(run("b").await["results"][0]["status"], "ok");
+    let health = http
+        .get(format!("{}/healthz", g.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+}

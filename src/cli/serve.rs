@@ -67,6 +67,10 @@ pub(crate) struct Args {
     /// The most MCP sessions open at once (a new one beyond gets 503; idle ones are closed).
     #[arg(long, default_value_t = 1024)]
     max_sessions: usize,
+    /// How long a write to a client that stopped reading may stay blocked before its connection
+    /// is dropped.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    write_timeout: u64,
     /// How long a shutdown waits for calls in flight before cancelling them.
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     drain_timeout: u64,
@@ -143,6 +147,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .with_max_body(args.max_body)
         .with_max_sessions(args.max_sessions)
         .with_drain_timeout(Duration::from_secs(args.drain_timeout))
+        .with_write_timeout(Duration::from_secs(args.write_timeout))
         .with_elicitation(args.approve == ApproveMode::Elicit);
     let options = match &args.otlp {
         Some(url) => {

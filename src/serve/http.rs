@@ -47,6 +47,18 @@ fn error(status: StatusCode, code: &str, message: &str, pointer: Option<&str>) -
     json_response(status, &error_body(code, message, pointer))
 }
 
+/// Whether a connection ended because a write timed out.
+fn timed_out(e: &hyper::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::TimedOut;
+        }
+        source = s.source();
+    }
+    false
+}
+
 /// Serves HTTP on `listener` until `shutdown` resolves, then drains: new requests get 503 while
 /// the calls in flight finish (up to the drain timeout; the rest are cancelled), then every
 /// connection closes.
@@ -76,16 +88,28 @@ pub async fn serve_http(
         // call on loopback, measured by benches/serve.rs.
         let _ = sock.set_nodelay(true);
         let gateway = gateway.clone();
+        let stalled = gateway.clone();
+        let write_timeout = gateway.options().write_timeout;
         let mcp = mcp.clone();
         let service = hyper::service::service_fn(move |req| {
             let gateway = gateway.clone();
             let mcp = mcp.clone();
             async move { Ok::<_, Infallible>(handle(gateway, mcp, req).await) }
         });
+        // A client that stops reading: a write blocked past the deadline drops its connection
+        // (its calls go on; only the answer is lost), and nothing else waits for it.
+        let mut sock = tokio_io_timeout::TimeoutStream::new(sock);
+        sock.set_write_timeout(Some(write_timeout));
         connections.spawn(async move {
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(sock), service)
+            let served = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(Box::pin(sock)), service)
                 .await;
+            if let Err(e) = served {
+                if timed_out(&e) {
+                    tracing::warn!("dropped a connection whose client stopped reading");
+                    stalled.metrics().stalled();
+                }
+            }
         });
     };
     tokio::pin!(shutdown);

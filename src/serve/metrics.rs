@@ -26,13 +26,16 @@ struct TenantLabels {
 
 /// The gateway's metrics: `sluice_calls_total{tenant,tool,status}`, the
 /// `sluice_call_wait_seconds` and `sluice_call_run_seconds` histograms (waiting for conflicting
-/// calls or approval, and running), and `sluice_calls_in_flight{tenant}`.
+/// calls or approval, and running), `sluice_calls_in_flight{tenant}`, and
+/// `sluice_http_stalled_connections_total` (connections dropped because their client stopped
+/// reading).
 pub struct Metrics {
     registry: Mutex<Registry>,
     calls: Family<CallLabels, Counter>,
     wait: Family<TenantLabels, Histogram>,
     run: Family<TenantLabels, Histogram>,
     in_flight: Family<TenantLabels, Gauge>,
+    stalled: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -70,12 +73,19 @@ impl Metrics {
             "Calls submitted and not yet ended",
             in_flight.clone(),
         );
+        let stalled = Counter::default();
+        registry.register(
+            "sluice_http_stalled_connections",
+            "Connections dropped because their client stopped reading",
+            stalled.clone(),
+        );
         Metrics {
             registry: Mutex::new(registry),
             calls,
             wait,
             run,
             in_flight,
+            stalled,
         }
     }
 
@@ -107,6 +117,11 @@ impl Metrics {
                 .get_or_create(&t)
                 .observe(end.saturating_sub(start).as_secs_f64());
         }
+    }
+
+    /// A connection was dropped because its client stopped reading.
+    pub fn stalled(&self) {
+        self.stalled.inc();
     }
 
     /// The metrics in the Prometheus text format.

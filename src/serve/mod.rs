@@ -96,6 +96,10 @@ pub struct GatewayOptions {
     /// Whether a tool is left out of a tenant's `tools/list` (`(tenant, tool id)`: the tools a
     /// tool rule of its policy denies). Default: every tool is listed.
     pub hidden: Option<HiddenTools>,
+    /// How long a write to a client may stay blocked (the client stopped reading) before its
+    /// connection is dropped (default 30 s). An SSE stream that has nothing to send is not
+    /// blocked.
+    pub write_timeout: Duration,
     /// Whether an MCP call's asks go to its client's user through MCP elicitation
     /// (`--approve elicit`). Without it, the kernel's approver answers.
     pub elicit: bool,
@@ -115,6 +119,7 @@ impl std::fmt::Debug for GatewayOptions {
             .field("drain_timeout", &self.drain_timeout)
             .field("max_sessions", &self.max_sessions)
             .field("hidden", &self.hidden.is_some())
+            .field("write_timeout", &self.write_timeout)
             .field("elicit", &self.elicit)
             .field("telemetry", &self.telemetry.as_ref().map(|t| t.endpoint()))
             .finish()
@@ -130,6 +135,7 @@ impl Default for GatewayOptions {
             drain_timeout: Duration::from_secs(30),
             max_sessions: 1024,
             hidden: None,
+            write_timeout: Duration::from_secs(30),
             elicit: false,
             telemetry: None,
         }
@@ -177,6 +183,12 @@ impl GatewayOptions {
     /// Exports a span per call through `telemetry`.
     pub fn with_telemetry(mut self, telemetry: Arc<Telemetry>) -> Self {
         self.telemetry = Some(telemetry);
+        self
+    }
+
+    /// Sets how long a blocked write may wait for a client that stopped reading.
+    pub fn with_write_timeout(mut self, d: Duration) -> Self {
+        self.write_timeout = d;
         self
     }
 

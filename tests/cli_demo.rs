@@ -1,5 +1,5 @@
-//! `sluice demo`, the README's first command: it runs, the three ways agree, and it leaves a
-//! verified provenance log and an SVG timeline in the folder it names.
+//! `sluice demo`, the README's first command: it runs, the three ways and the gateway agree, and
+//! it leaves a verified provenance log and an SVG timeline in the folder it names.
 
 mod support;
 
@@ -16,6 +16,19 @@ fn the_demo_runs_three_ways_with_identical_results() {
     assert!(run.stdout.contains("denied by rule `no-deletes`"));
     assert!(run.stdout.contains("approved by demo-reviewer"));
     assert!(run.stdout.contains("read-after-write"));
+    // Through the gateway: the OpenAI-shaped turn on /v1/run agrees with the kernel's run, and
+    // two MCP sessions editing one file keep both edits.
+    assert!(
+        run.stdout
+            .contains("12 results; statuses, files and memory identical to run 3: yes"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("both edits kept: yes"),
+        "{}",
+        run.stdout
+    );
     let log = out.join("provenance.jsonl");
     let verified = sluice_provenance::verify_file(&log).unwrap();
     assert!(verified.records >= 13);

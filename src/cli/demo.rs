@@ -1,5 +1,7 @@
 //! `sluice demo`: one coding agent's turn run three ways — serially, behind one global
-//! read/write lock, and with Sluice — under one policy, with the same results.
+//! read/write lock, and with Sluice — under one policy, with the same results; then through the
+//! gateway (`sluice serve`): the turn as an OpenAI answer posted to the batch API, and two MCP
+//! sessions editing one file at once.
 //!
 //! The turn's tools are real (they read, search and edit files in a scratch workspace, keep
 //! memory in the kv store, and call an HTTP service the demo starts on loopback) with latencies
@@ -24,6 +26,7 @@ use sluice::provenance::{read_records, verify_file, Durability, ProvenanceLog};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::run::to_text;
+use sluice::serve::{serve_http, Gateway, GatewayOptions};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -288,8 +291,51 @@ async fn run_way(out: &Path, way: Way, tracker: std::net::SocketAddr) -> anyhow:
     let dir = out.join(name);
     let root = workspace(&dir)?;
     let kv = KvStore::new();
+    let log_path = out.join("provenance.jsonl");
+    let log = if way == Way::Sluice {
+        let _ = std::fs::remove_file(&log_path);
+        Some(Arc::new(ProvenanceLog::open(
+            &log_path,
+            Durability::Durable,
+        )?))
+    } else {
+        None
+    };
+    let kernel = demo_kernel(&root, tracker, &kv, log.clone())?;
+    let result = match way {
+        Way::Sluice => kernel.run(Batch::new("demo", turn())?).await?,
+        _ => baseline(&kernel, way == Way::GlobalLock).await?,
+    };
+    if let Some(l) = log {
+        l.flush().await.map_err(|e| anyhow::anyhow!(e))?;
+    }
+    Ok(Outcome {
+        result,
+        files: files(&root)?,
+        kv: kv.snapshot(),
+    })
+}
+
+/// The workspace's files after a run.
+fn files(root: &Path) -> anyhow::Result<Vec<(String, String)>> {
+    let mut files = Vec::new();
+    for rel in ["README.md", "src/lexer.rs", "src/main.rs", "src/parser.rs"] {
+        files.push((rel.to_owned(), std::fs::read_to_string(root.join(rel))?));
+    }
+    Ok(files)
+}
+
+/// The kernel every way runs on: the demo's tools in `root`, memory in `kv` (with a stale cache
+/// entry), the policy (with the earlier session's first-use approvals), an automatic reviewer,
+/// and the provenance log when there is one.
+fn demo_kernel(
+    root: &Path,
+    tracker: std::net::SocketAddr,
+    kv: &KvStore,
+    log: Option<Arc<ProvenanceLog>>,
+) -> anyhow::Result<Kernel> {
     kv.put("memory/cache", json!("stale"));
-    let engine = Arc::new(PolicyEngine::new(policy(&root)?));
+    let engine = Arc::new(PolicyEngine::new(policy(root)?));
     // Approved in an earlier session: first uses of these tools do not ask again.
     for t in ["demo.edit_file", "sluice.kv.put", "sluice.kv.delete"] {
         engine.remember_approval("demo", t);
@@ -301,39 +347,13 @@ async fn run_way(out: &Path, way: Way, tracker: std::net::SocketAddr) -> anyhow:
                 by: "demo-reviewer (automatic)".into(),
             })
         });
-    for t in tools(&root, tracker, kv.clone())? {
+    for t in tools(root, tracker, kv.clone())? {
         b = b.tool(t);
     }
-    let log_path = out.join("provenance.jsonl");
-    let log = if way == Way::Sluice {
-        let _ = std::fs::remove_file(&log_path);
-        Some(Arc::new(ProvenanceLog::open(
-            &log_path,
-            Durability::Durable,
-        )?))
-    } else {
-        None
-    };
-    if let Some(l) = &log {
-        b = b.provenance_arc(l.clone());
-    }
-    let kernel = b.build()?;
-    let result = match way {
-        Way::Sluice => kernel.run(Batch::new("demo", turn())?).await?,
-        _ => baseline(&kernel, way == Way::GlobalLock).await?,
-    };
     if let Some(l) = log {
-        l.flush().await.map_err(|e| anyhow::anyhow!(e))?;
+        b = b.provenance_arc(l);
     }
-    let mut files = Vec::new();
-    for rel in ["README.md", "src/lexer.rs", "src/main.rs", "src/parser.rs"] {
-        files.push((rel.to_owned(), std::fs::read_to_string(root.join(rel))?));
-    }
-    Ok(Outcome {
-        result,
-        files,
-        kv: kv.snapshot(),
-    })
+    Ok(b.build()?)
 }
 
 /// Serially, or behind one fair read/write lock taken in submission order (read-only tools share
@@ -388,6 +408,138 @@ async fn baseline(kernel: &Kernel, rw_lock: bool) -> anyhow::Result<BatchResult>
         tenant: "demo".into(),
         results,
         makespan,
+    })
+}
+
+/// The turn through the gateway, and two clients editing one file at once.
+struct GatewayRun {
+    /// Each call's status, by id, from `/v1/run`.
+    statuses: Vec<(String, String)>,
+    files: Vec<(String, String)>,
+    kv: Vec<(String, Value)>,
+    /// What the client whose edit had to wait was told, if one had to.
+    progress: Vec<String>,
+    /// Whether the file the two sessions edited holds both edits.
+    both_edits: bool,
+}
+
+/// Records the progress notifications a demo MCP client receives.
+#[derive(Clone, Default)]
+struct ProgressLog(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl rmcp::ClientHandler for ProgressLog {
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _ctx: rmcp::service::NotificationContext<rmcp::RoleClient>,
+    ) {
+        if let (Some(m), Ok(mut seen)) = (params.message, self.0.lock()) {
+            seen.push(m);
+        }
+    }
+}
+
+/// `sluice serve` in process on loopback, in front of the same tools and policy: the turn as
+/// one OpenAI ChatCompletion posted to `/v1/run`, then two MCP sessions editing one file at once.
+async fn through_gateway(out: &Path, tracker: std::net::SocketAddr) -> anyhow::Result<GatewayRun> {
+    use rmcp::ServiceExt;
+    let root = workspace(&out.join("gateway"))?;
+    let kv = KvStore::new();
+    let kernel = demo_kernel(&root, tracker, &kv, None)?;
+    let gateway = Arc::new(Gateway::new(
+        kernel,
+        GatewayOptions::default().with_default_tenant("demo"),
+    )?);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn(serve_http(
+        gateway.clone(),
+        listener,
+        stop.clone().cancelled_owned(),
+    ));
+
+    // The model's answer, as OpenAI's API returns it.
+    let tool_calls: Vec<Value> = turn()
+        .iter()
+        .map(|c| {
+            json!({"id": c.id, "type": "function", "function": {
+                "name": gateway.names().name(&c.tool), "arguments": c.input.to_string()}})
+        })
+        .collect();
+    let completion = json!({"id": "chatcmpl-demo", "object": "chat.completion", "choices": [{
+        "index": 0, "finish_reason": "tool_calls",
+        "message": {"role": "assistant", "content": null, "tool_calls": tool_calls}}]});
+    let ran: Value = reqwest::Client::new()
+        .post(format!("{base}/v1/run?batch-format=openai"))
+        .header("content-type", "application/json")
+        .body(completion.to_string())
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let statuses = ran["results"]
+        .as_array()
+        .map(|rs| {
+            rs.iter()
+                .map(|r| {
+                    let field = |k: &str| r[k].as_str().unwrap_or_default().to_owned();
+                    (field("id"), field("status"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let (files_after, kv_after) = (files(&root)?, kv.snapshot());
+
+    // Two sessions edit src/main.rs at once: the second waits for the first, and says so.
+    let url = format!("{base}/mcp");
+    let connect = |log: ProgressLog| {
+        let url = url.clone();
+        async move {
+            let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url);
+            log.serve(transport).await
+        }
+    };
+    let (one, two) = (ProgressLog::default(), ProgressLog::default());
+    let a = connect(one.clone()).await?;
+    let b = connect(two.clone()).await?;
+    let edit = |find: &str, replace: &str| {
+        rmcp::model::CallToolRequestParams::new("demo.edit_file").with_arguments(
+            json!({"path": "src/main.rs", "find": find, "replace": replace})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        )
+    };
+    let (ra, rb) = tokio::join!(
+        a.call_tool(edit("mod lexer;", "mod lexer; // tokens")),
+        b.call_tool(edit("fn main()", "pub fn main()"))
+    );
+    let (ra, rb) = (ra?, rb?);
+    let main = std::fs::read_to_string(root.join("src/main.rs"))?;
+    let both_edits = ra.is_error != Some(true)
+        && rb.is_error != Some(true)
+        && main.contains("mod lexer; // tokens")
+        && main.contains("pub fn main()");
+    let mut progress: Vec<String> = Vec::new();
+    for log in [&one, &two] {
+        if let Ok(seen) = log.0.lock() {
+            if seen.iter().any(|m| m.starts_with("waiting")) {
+                progress.extend(seen.iter().cloned());
+            }
+        }
+    }
+    let _ = a.cancel().await;
+    let _ = b.cancel().await;
+    stop.cancel();
+    server.await??;
+    Ok(GatewayRun {
+        statuses,
+        files: files_after,
+        kv: kv_after,
+        progress,
+        both_edits,
     })
 }
 
@@ -487,6 +639,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     let same =
         comparable(&serial) == comparable(&sluice) && comparable(&locked) == comparable(&sluice);
+    let gateway = rt.block_on(through_gateway(&out, tracker))?;
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     outln!(
         "Results, files and memory identical in all three runs: {}",
@@ -532,6 +685,37 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             );
         }
     }
+    let statuses: Vec<(String, String)> = sluice
+        .result
+        .results
+        .iter()
+        .map(|r| (r.id.clone(), r.status.as_str().to_owned()))
+        .collect();
+    let gateway_same =
+        gateway.statuses == statuses && gateway.files == sluice.files && gateway.kv == sluice.kv;
+    outln!("\n4. Through the gateway (`sluice serve`, here in process on loopback):");
+    outln!(
+        "  The turn as the OpenAI ChatCompletion the model sent, POSTed to /v1/run?batch-format=openai:"
+    );
+    outln!(
+        "  {} results; statuses, files and memory identical to run 3: {}.",
+        gateway.statuses.len(),
+        if gateway_same { "yes" } else { "NO" }
+    );
+    outln!("  Two MCP sessions edit src/main.rs at once (tools/call each):");
+    match gateway.progress.iter().find(|m| m.starts_with("waiting")) {
+        Some(m) => outln!("  the second was told, while it waited: \"{m}\""),
+        None => outln!("  (neither had to wait: the first was done before the second arrived)"),
+    }
+    outln!(
+        "  both edits kept: {}",
+        if gateway.both_edits { "yes" } else { "NO" }
+    );
+    outln!(
+        "  Put it in front of your MCP client: `sluice serve --tools DIR`, then point the client \
+         at http://127.0.0.1:7878/mcp (README)."
+    );
+    let same = same && gateway_same && gateway.both_edits;
     let svg_path = out.join("timeline.svg");
     std::fs::write(
         &svg_path,

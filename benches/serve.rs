@@ -5,7 +5,9 @@
 //! same tool served by a bare rmcp server, in the same run, on loopback. Reports errors,
 //! throughput, p50 and p99 latency and their ratios; then checks the conflict order under load
 //! with the handlers' own clocks (16 sessions writing 4 keys: no two calls of one key overlap);
-//! then that the tenant's state returns to idle (calls in flight, conflict index, tenants held).
+//! then that the tenant's state returns to idle (calls in flight, conflict index, tenants held);
+//! then the resident memory of a `sluice serve` process of its own, idle, after one load and
+//! after eight (it must not grow with the loads).
 //!
 //! Run: `cargo bench --bench serve` (prints the figures; exits non-zero if an invariant fails).
 
@@ -219,8 +221,8 @@ async fn load(
     }
 }
 
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
@@ -240,7 +242,6 @@ fn main() {
         let spans: Spans = Arc::default();
         let bare_url = serve_bare().await;
         let (gw_url, gateway) = serve_gateway(spans.clone()).await;
-        let idle_rss = rss_kib();
 
         // Warm both up, then measure each twice, interleaved, keeping the better run of each.
         let sleep = |_s: usize, _i: usize| ("bench.sleep", json!({}));
@@ -298,13 +299,71 @@ fn main() {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let load_after = gateway.kernel().tenant_load("default");
         println!(
-            "  after the load: calls in flight / conflict index {:?}, tenants held {}, RSS {} KiB (idle {} KiB)",
+            "  after the load: calls in flight / conflict index {:?}, tenants held {}",
             load_after,
             gateway.kernel().tenants_held(),
-            rss_kib(),
-            idle_rss
         );
         assert_eq!(load_after, (0, 0));
         assert_eq!(gateway.kernel().tenants_held(), 0);
+
+        process_memory().await;
     });
+}
+
+/// The memory of a `sluice serve` process of its own (this process also holds the clients and
+/// the bare server): resident memory when idle after start, after one load and after seven more,
+/// and its own gauge of calls in flight. The kernel's state empties after each load (above); the
+/// process's memory must not grow with the number of loads.
+async fn process_memory() {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("sluice serve starts");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let base = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_owned();
+    let url = format!("{base}/mcp");
+    let pid = child.id();
+    let settle = || tokio::time::sleep(Duration::from_secs(2));
+    settle().await;
+    let fresh = rss_kib(pid);
+    let sleep = |_s: usize, _i: usize| ("sluice.sleep", json!({"ms": TOOL_MS}));
+    let first = load(&url, sleep).await;
+    settle().await;
+    let after_one = rss_kib(pid);
+    let mut errors = first.errors;
+    let mut series = vec![after_one];
+    for _ in 0..7 {
+        errors += load(&url, sleep).await.errors;
+        settle().await;
+        series.push(rss_kib(pid));
+    }
+    let after_eight = rss_kib(pid);
+    let metrics = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let in_flight = metrics
+        .lines()
+        .find(|l| l.starts_with("sluice_calls_in_flight{"))
+        .unwrap_or("sluice_calls_in_flight (none)")
+        .to_owned();
+    let _ = child.kill();
+    let _ = child.wait();
+    println!(
+        "  a `sluice serve` process: RSS idle {fresh} KiB, after 1 load {after_one} KiB, after 8 loads {after_eight} KiB ({:+.1}% from 1 to 8 loads; after each: {series:?}); {in_flight}; errors {errors}",
+        (after_eight as f64 / after_one as f64 - 1.0) * 100.0
+    );
+    assert_eq!(errors, 0);
+    assert!(in_flight.ends_with(" 0"), "{in_flight}");
 }

@@ -223,10 +223,10 @@ impl ServerHandler for McpSession {
             ));
         }
         let client = ctx.client_info();
-        let client_name = client
-            .as_ref()
-            .map_or_else(|| "mcp-client".to_owned(), |c| c.name.clone());
         if let Some(state) = &request.request_state {
+            let client_name = client
+                .as_ref()
+                .map_or_else(|| "mcp-client".to_owned(), |c| c.name.clone());
             let answer = request
                 .input_responses
                 .as_ref()
@@ -260,9 +260,7 @@ impl ServerHandler for McpSession {
             client: client.as_ref().map(|c| c.name.clone()),
             client_version: client.as_ref().map(|c| c.version.clone()),
         };
-        // The call's own token: a request that answers `input_required` ends, the call does not.
-        let cancel = CancellationToken::new();
-        let mut caller = Caller::new(&tenant, origin, cancel.clone());
+        let mut caller = Caller::new(&tenant, origin, ctx.ct.clone());
         caller.traceparent = ctx
             .meta
             .get("traceparent")
@@ -273,49 +271,77 @@ impl ServerHandler for McpSession {
             .get_progress_token()
             .map(|token| ProgressForwarder::start(ctx.peer.clone(), token));
         caller.progress = progress.as_ref().map(ProgressForwarder::sink);
-        let mut relayed = None;
-        if self.gateway.options().elicit {
-            let capable = elicit::can_elicit(ctx.client_capabilities().as_ref());
-            let modern = ctx
-                .protocol_version()
-                .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
-            if modern && capable {
-                let (tx, rx) = mpsc::channel(1);
-                caller.approver = Some(Arc::new(elicit::Relay(tx)));
-                relayed = Some(rx);
-            } else {
-                caller.approver = Some(Arc::new(elicit::Elicit {
-                    peer: ctx.peer.clone(),
-                    client: client_name,
-                    capable: capable && !modern,
-                }));
-            }
-        }
-        let gateway = self.gateway.clone();
-        let name = request.name.to_string();
-        let mut call = tokio::spawn(async move { gateway.call(caller, &id, &name, args).await });
-        if let Some(mut asks) = relayed {
-            tokio::select! {
-                biased;
-                Some((ask, answer)) = asks.recv() => {
-                    let keep = self.gateway.kernel().options().approval_timeout
-                        + Duration::from_secs(60);
-                    let state = self.gateway.asks.insert(&tenant, answer, call, cancel, keep);
-                    let requests = BTreeMap::from([(
-                        APPROVE.to_owned(),
-                        InputRequest::Elicitation(elicit::input_request(&ask)),
-                    )]);
-                    return Ok(InputRequiredResult::new(Some(requests), Some(state)).into());
-                }
-                _ = &mut call => {}
-                _ = ctx.ct.cancelled() => cancel.cancel(),
-            }
-        }
-        let response = finish(&request.name, call, cancel, &ctx.ct).await;
+        let response = if self.gateway.options().elicit {
+            self.call_asking(caller, &ctx, id, &request.name, args)
+                .await
+        } else {
+            answer(
+                &request.name,
+                Ok(self.gateway.call(caller, &id, &request.name, args).await),
+            )
+        };
         if let Some(p) = progress {
             p.flush().await;
         }
         response
+    }
+}
+
+impl McpSession {
+    /// A call whose asks go to the client's user (`--approve elicit`): an elicitation request
+    /// up to protocol 2025-11-25; from 2026-07-28 on, an `input_required` answer while the call
+    /// keeps its place, resumed by the client's retry.
+    async fn call_asking(
+        &self,
+        mut caller: Caller,
+        ctx: &RequestContext<RoleServer>,
+        id: String,
+        name: &str,
+        args: Value,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let client = ctx
+            .client_info()
+            .map_or_else(|| "mcp-client".to_owned(), |c| c.name);
+        let capable = elicit::can_elicit(ctx.client_capabilities().as_ref());
+        let modern = ctx
+            .protocol_version()
+            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        if !(modern && capable) {
+            caller.approver = Some(Arc::new(elicit::Elicit {
+                peer: ctx.peer.clone(),
+                client,
+                capable: capable && !modern,
+            }));
+            return answer(name, Ok(self.gateway.call(caller, &id, name, args).await));
+        }
+        // The call's own token: the request that answers `input_required` ends, the call does
+        // not.
+        let cancel = CancellationToken::new();
+        caller.cancel = cancel.clone();
+        let (tx, mut asks) = mpsc::channel(1);
+        caller.approver = Some(Arc::new(elicit::Relay(tx)));
+        let gateway = self.gateway.clone();
+        let owned = name.to_owned();
+        let mut call = tokio::spawn(async move { gateway.call(caller, &id, &owned, args).await });
+        tokio::select! {
+            biased;
+            Some((ask, answer)) = asks.recv() => {
+                let keep = self.gateway.kernel().options().approval_timeout
+                    + Duration::from_secs(60);
+                let tenant = self.tenant(ctx)?;
+                let state = self.gateway.asks.insert(&tenant, answer, call, cancel, keep);
+                let requests = BTreeMap::from([(
+                    APPROVE.to_owned(),
+                    InputRequest::Elicitation(elicit::input_request(&ask)),
+                )]);
+                Ok(InputRequiredResult::new(Some(requests), Some(state)).into())
+            }
+            done = &mut call => answer(name, done.map_err(|e| e.to_string())),
+            _ = ctx.ct.cancelled() => {
+                cancel.cancel();
+                finish(name, call, cancel, &CancellationToken::new()).await
+            }
+        }
     }
 }
 
@@ -336,6 +362,15 @@ async fn finish(
             call.await
         }
     };
+    answer(name, done.map_err(|e| e.to_string()))
+}
+
+/// A call's end as the `tools/call` answer: its result, -32602 for an unknown tool, or an
+/// internal error when its task failed.
+fn answer(
+    name: &str,
+    done: Result<Option<CallResult>, String>,
+) -> Result<CallToolResponse, ErrorData> {
     match done {
         Ok(Some(r)) => Ok(to_mcp(&r).into()),
         Ok(None) => Err(ErrorData::invalid_params(
@@ -349,9 +384,12 @@ async fn finish(
     }
 }
 
-/// Sends a call's progress to its client in order, on the request's progress token.
+/// Sends a call's progress to its client in order, on the request's progress token. Its task
+/// starts with the first message: most calls wait for nothing and send none.
 struct ProgressForwarder {
-    tx: mpsc::UnboundedSender<Forward>,
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+    tx: std::sync::Mutex<Option<mpsc::UnboundedSender<Forward>>>,
 }
 
 enum Forward {
@@ -361,39 +399,51 @@ enum Forward {
 }
 
 impl ProgressForwarder {
-    fn start(peer: Peer<RoleServer>, token: ProgressToken) -> Self {
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            while let Some(m) = rx.recv().await {
-                match m {
-                    Forward::Progress(progress, message) => {
-                        let mut p = ProgressNotificationParam::new(token.clone(), progress);
-                        p.message = Some(message);
-                        // A client that went away misses its progress; the call goes on.
-                        let _ = peer.notify_progress(p).await;
-                    }
-                    Forward::Flush(done) => {
-                        let _ = done.send(());
-                    }
-                }
-            }
-        });
-        ProgressForwarder { tx }
-    }
-
-    fn sink(&self) -> Progress {
-        let tx = self.tx.clone();
-        Arc::new(move |progress, message| {
-            let _ = tx.send(Forward::Progress(progress, message));
+    fn start(peer: Peer<RoleServer>, token: ProgressToken) -> Arc<Self> {
+        Arc::new(ProgressForwarder {
+            peer,
+            token,
+            tx: std::sync::Mutex::new(None),
         })
     }
 
-    /// Waits until every progress sent so far has gone out (before the result does).
-    async fn flush(self) {
-        let (done, sent) = oneshot::channel();
-        if self.tx.send(Forward::Flush(done)).is_ok() {
-            let _ = sent.await;
+    fn send(&self, message: Forward, start: bool) {
+        let mut tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        if tx.is_none() && start {
+            let (sender, mut rx) = mpsc::unbounded_channel();
+            let (peer, token) = (self.peer.clone(), self.token.clone());
+            tokio::spawn(async move {
+                while let Some(m) = rx.recv().await {
+                    match m {
+                        Forward::Progress(progress, message) => {
+                            let mut p = ProgressNotificationParam::new(token.clone(), progress);
+                            p.message = Some(message);
+                            // A client that went away misses its progress; the call goes on.
+                            let _ = peer.notify_progress(p).await;
+                        }
+                        Forward::Flush(done) => {
+                            let _ = done.send(());
+                        }
+                    }
+                }
+            });
+            *tx = Some(sender);
         }
+        if let Some(tx) = tx.as_ref() {
+            let _ = tx.send(message);
+        }
+    }
+
+    fn sink(self: &Arc<Self>) -> Progress {
+        let me = self.clone();
+        Arc::new(move |progress, message| me.send(Forward::Progress(progress, message), true))
+    }
+
+    /// Waits until every progress sent so far has gone out (before the result does).
+    async fn flush(&self) {
+        let (done, sent) = oneshot::channel();
+        self.send(Forward::Flush(done), false);
+        let _ = sent.await;
     }
 }
 

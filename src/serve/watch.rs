@@ -1,6 +1,6 @@
 //! What the gateway watches of each of a batch's calls: progress for a client that asked for it
-//! (what a waiting call waits for, then that it runs), and the call's span when spans are
-//! exported.
+//! (what a waiting call waits for, then that it runs; a call that waits for nothing sends
+//! nothing), and the call's span when spans are exported.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -19,6 +19,8 @@ pub type Progress = Arc<dyn Fn(f64, String) + Send + Sync>;
 /// The observer of one gateway batch.
 pub(crate) struct Watch {
     progress: Option<Progress>,
+    /// The calls whose client was told they wait: told again when they start.
+    told: Mutex<Vec<String>>,
     trace: Option<(Arc<Telemetry>, OnceLock<SpanScope>)>,
     spans: Mutex<HashMap<String, CallSpan>>,
 }
@@ -30,6 +32,7 @@ impl Watch {
     pub(crate) fn new(progress: Option<Progress>, telemetry: Option<Arc<Telemetry>>) -> Arc<Self> {
         Arc::new(Watch {
             progress,
+            told: Mutex::new(Vec::new()),
             trace: telemetry.map(|t| (t, OnceLock::new())),
             spans: Mutex::new(HashMap::new()),
         })
@@ -60,7 +63,7 @@ impl Watch {
     }
 
     fn lock_spans(&self) -> std::sync::MutexGuard<'_, HashMap<String, CallSpan>> {
-        self.spans.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.spans)
     }
 }
 
@@ -89,6 +92,7 @@ impl CallObserver for Watch {
         }
         if let Some(progress) = &self.progress {
             progress(0.0, describe(waiting));
+            lock(&self.told).push(call.id.clone());
         }
     }
 
@@ -99,9 +103,18 @@ impl CallObserver for Watch {
             }
         }
         if let Some(progress) = &self.progress {
-            progress(1.0, format!("running {}", call.tool));
+            let mut told = lock(&self.told);
+            if let Some(i) = told.iter().position(|id| *id == call.id) {
+                told.swap_remove(i);
+                drop(told);
+                progress(1.0, format!("running {}", call.tool));
+            }
         }
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What a call waits for, for its client: each conflicting call by tool, resource and conflict,

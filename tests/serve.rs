@@ -71,7 +71,29 @@ async fn mcp_client(url: &str, token: Option<&str>) -> RunningService<RoleClient
 
 /// Waits until the gateway's own gauge says `n` calls of tenant `default` are in flight.
 async fn in_flight(g: &Gateway, n: usize) {
-    let want = format!(r#"sluice_calls_in_flight{{tenant="default"}} {n}"#);
+    until_metric(
+        g,
+        &format!(r#"sluice_calls_in_flight{{tenant="default"}} {n}"#),
+    )
+    .await;
+}
+
+/// Posts a Sluice batch to `/v1/run` (no token) and reads the JSON answer.
+async fn run_batch(base: String, batch: Value) -> Value {
+    reqwest::Client::new()
+        .post(format!("{base}/v1/run"))
+        .header("content-type", "application/json")
+        .body(batch.to_string())
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap()
+}
+
+/// Waits until `/metrics` has the line `want`.
+async fn until_metric(g: &Gateway, want: &str) {
     let http = reqwest::Client::new();
     loop {
         let m = http
@@ -424,24 +446,10 @@ async fn sigterm_drains_and_the_log_verifies() {
     ]);
     let http = reqwest::Client::new();
     // A call in flight when the signal comes finishes; a request after it gets 503.
-    let slow = {
-        let url = format!("{}/v1/run", g.base);
-        let http = http.clone();
-        tokio::spawn(async move {
-            http.post(url)
-                .header("content-type", "application/json")
-                .body(
-                    json!({"calls": [{"id": "s", "tool": "sluice.sleep", "input": {"ms": 600}}]})
-                        .to_string(),
-                )
-                .send()
-                .await
-                .unwrap()
-                .json::<Value>()
-                .await
-                .unwrap()
-        })
-    };
+    let slow = tokio::spawn(run_batch(
+        g.base.clone(),
+        json!({"calls": [{"id": "s", "tool": "sluice.sleep", "input": {"ms": 600}}]}),
+    ));
     // The signal comes once the call is in flight (the gateway's own gauge says so).
     in_flight(&g, 1).await;
     terminate(&g);
@@ -837,21 +845,11 @@ async fn progress_elicitation_and_spans() {
         text_of(&no)
     );
     // The batch API has nobody to ask either.
-    let http = reqwest::Client::new();
-    let v: Value = http
-        .post(format!("{}/v1/run", g.base))
-        .header("content-type", "application/json")
-        .body(
-            json!({"calls": [{"id": "b", "tool": "sluice.kv.put",
-                              "input": {"key": "e", "value": 4}}]})
-            .to_string(),
-        )
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = run_batch(
+        g.base.clone(),
+        json!({"calls": [{"id": "b", "tool": "sluice.kv.put", "input": {"key": "e", "value": 4}}]}),
+    )
+    .await;
     assert_eq!(v["results"][0]["status"], "rejected", "{v}");
     let get = a
         .call_tool(
@@ -961,43 +959,15 @@ async fn a_client_that_stops_reading_is_dropped_and_the_others_go_on() {
     // Everyone else is served meanwhile.
     let http = reqwest::Client::new();
     let run = |key: &'static str| {
-        let http = http.clone();
-        let url = format!("{}/v1/run", g.base);
-        async move {
-            http.post(url)
-                .header("content-type", "application/json")
-                .body(
-                    json!({"calls": [{"id": "p", "tool": "sluice.kv.put",
-                                      "input": {"key": key, "value": 1}}]})
-                    .to_string(),
-                )
-                .send()
-                .await
-                .unwrap()
-                .json::<Value>()
-                .await
-                .unwrap()
-        }
+        run_batch(
+            g.base.clone(),
+            json!({"calls": [{"id": "p", "tool": "sluice.kv.put", "input": {"key": key, "value": 1}}]}),
+        )
     };
     assert_eq!(run("a").await["results"][0]["status"], "ok");
 
     // The gateway gives up on the stalled client, and says so.
-    loop {
-        let m = http
-            .get(format!("{}/metrics", g.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        if m.lines()
-            .any(|l| l == "sluice_http_stalled_connections_total 1")
-        {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    until_metric(&g, "sluice_http_stalled_connections_total 1").await;
     // What the stalled client can still read ends before the whole answer: it was cut off.
     let mut got = Vec::new();
     let _ = stalled.read_to_end(&mut got).await;

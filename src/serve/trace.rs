@@ -240,19 +240,7 @@ mod tests {
         let t = Telemetry::otlp("http://127.0.0.1:9").unwrap();
         let scope = SpanScope::new("t", None);
         let span = t.start(&scope, "c", "tool");
-        span.end(&CallResult {
-            id: "c".into(),
-            tool: "tool".into(),
-            version: None,
-            status: Status::Ok,
-            output: None,
-            error: None,
-            started: None,
-            ended: None,
-            authorization: None,
-            approver: None,
-            recorded: None,
-        });
+        span.end(&crate::serve::internal("c", "tool", "on purpose".into()));
         drop(t);
     }
 }

@@ -130,7 +130,12 @@ pub(crate) fn submit(
     if let Some(observer) = &job.batch.observer {
         tell_waiting(&**observer, &job, &inserted);
     }
-    let edges = edge_records(&job, &inserted);
+    // Owners kept for an observer alone give no records.
+    let edges = if job.kernel().sink.enabled() {
+        edge_records(&job, &inserted)
+    } else {
+        Vec::new()
+    };
     let rest = run_ordered(Box::new(job), domain, inserted, edges).instrument(span.clone());
     Dispatched {
         position,

@@ -217,6 +217,9 @@ pub enum ErrorCode {
     McpServerExited,
     /// `mcp-unavailable`: the MCP server cannot be started or reached.
     McpUnavailable,
+    /// `domain-unavailable`: the shared conflict domain (PostgreSQL) cannot be reached, so the
+    /// call is not admitted and does not run (fail closed).
+    DomainUnavailable,
     /// `limits-exceeded`: the tool's server went past its declared limits and was stopped.
     LimitsExceeded,
     /// `io`: a built-in file tool could not read or write.
@@ -229,7 +232,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in declaration order.
-    pub const ALL: [ErrorCode; 27] = [
+    pub const ALL: [ErrorCode; 28] = [
         ErrorCode::UnknownTool,
         ErrorCode::InvalidInput,
         ErrorCode::InvalidOutput,
@@ -253,6 +256,7 @@ impl ErrorCode {
         ErrorCode::McpProtocol,
         ErrorCode::McpServerExited,
         ErrorCode::McpUnavailable,
+        ErrorCode::DomainUnavailable,
         ErrorCode::LimitsExceeded,
         ErrorCode::Io,
         ErrorCode::NotANumber,
@@ -285,6 +289,7 @@ impl ErrorCode {
             ErrorCode::McpProtocol => "mcp-protocol",
             ErrorCode::McpServerExited => "mcp-server-exited",
             ErrorCode::McpUnavailable => "mcp-unavailable",
+            ErrorCode::DomainUnavailable => "domain-unavailable",
             ErrorCode::LimitsExceeded => "limits-exceeded",
             ErrorCode::Io => "io",
             ErrorCode::NotANumber => "not-a-number",

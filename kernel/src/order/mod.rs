@@ -57,6 +57,7 @@ mod index;
 mod plan;
 pub(crate) mod ready;
 mod reference;
+pub mod shared;
 
 pub use graph::ConflictGraph;
 pub use index::{ConflictIndex, Edge, EdgeKind};

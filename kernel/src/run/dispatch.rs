@@ -33,6 +33,7 @@ use crate::authorize::{AuthRequest, Authorization, DecidedBy, Decision};
 use crate::error::{panic_message, ErrorCode};
 use crate::model::Status;
 use crate::order::domain::{DomainRef, IndexPanicked, Inserted, Owner, Upstream};
+use crate::order::shared::{AdmitRequest, Admitted, SharedFuture};
 use crate::order::PreparedCall;
 use crate::provenance::EdgeRecord;
 
@@ -64,6 +65,7 @@ pub(crate) fn submit(
         ended: None,
         secrets: Vec::new(),
         input_sha256: None,
+        fencing: None,
     };
     let span = tracing::info_span!(
         "sluice.call",
@@ -136,7 +138,18 @@ pub(crate) fn submit(
     } else {
         Vec::new()
     };
-    let rest = run_ordered(Box::new(job), domain, inserted, edges).instrument(span.clone());
+    // A shared domain admits the process's calls in submission order: enqueue now.
+    let admission = job.kernel().shared.as_ref().map(|d| {
+        d.admit(AdmitRequest {
+            tenant: job.batch.tenant.clone(),
+            batch: job.batch.id.clone(),
+            call: job.prepared.call.id.clone(),
+            tool: job.prepared.call.tool.clone(),
+            accesses: job.prepared.accesses.clone(),
+        })
+    });
+    let rest =
+        run_ordered(Box::new(job), domain, inserted, edges, admission).instrument(span.clone());
     Dispatched {
         position,
         rest: Box::pin(rest),
@@ -236,12 +249,14 @@ fn edge_records(job: &CallJob, inserted: &Inserted) -> Vec<EdgeRecord> {
         .collect()
 }
 
-/// Stages 4-6 for a call that entered the conflict domain.
+/// Stages 4-6 for a call that entered the conflict domain (and, when the kernel has one, was
+/// handed to the shared domain for admission).
 async fn run_ordered(
     mut job: Box<CallJob>,
     domain: DomainRef,
     inserted: Inserted,
     edges: Vec<EdgeRecord>,
+    admission: Option<SharedFuture<Result<Admitted, String>>>,
 ) -> CallResult {
     let cancel = job.batch.cancel.clone();
     // Dropping it (the call ends without an answer) abandons the ask.
@@ -255,6 +270,7 @@ async fn run_ordered(
         _ = cancel.cancelled() => {
             let position = inserted.position;
             drop(ask);
+            settle_shared(&job, admission);
             if job.kernel().sink.enabled() {
                 // Its records must follow its predecessors' (the log is in causal order): wait
                 // for them, record, then release.
@@ -274,6 +290,34 @@ async fn run_ordered(
             return Box::pin(finish(*job, Outcome::cancelled_before_start(), edges)).await;
         }
     };
+    // 4'. the shared domain: admitted, then the other processes' conflicting calls.
+    let mut shared_failed = None;
+    let mut refused = None;
+    if let Some(mut admitting) = admission {
+        let admitted = tokio::select! {
+            biased;
+            a = &mut admitting => Some(a),
+            _ = cancel.cancelled() => None,
+        };
+        match admitted {
+            None => settle_shared(&job, Some(admitting)),
+            Some(Err(why)) => refused = Some(why),
+            Some(Ok(a)) => {
+                job.fencing = Some(a.ticket);
+                let mut shared_ready = a.ready;
+                let waited = tokio::select! {
+                    biased;
+                    r = &mut shared_ready => Some(r),
+                    _ = cancel.cancelled() => None,
+                };
+                match waited {
+                    Some(Ok(failed)) => shared_failed = failed,
+                    Some(Err(why)) => refused = Some(why),
+                    None => settle_admitted(&job, a.ticket, shared_ready),
+                }
+            }
+        }
+    }
     // The predecessors are done; if the batch was cancelled meanwhile, cancellation wins over
     // whatever they ended with.
     if cancel.is_cancelled() {
@@ -283,18 +327,37 @@ async fn run_ordered(
         drop((ask, domain));
         return Box::pin(recording.finish()).await;
     }
-    let outcome = match approval::answer(&mut job, ask, &cancel).await {
-        Some(o) => o,
-        None => match (&upstream, job.batch.on_failure) {
-            (Upstream { failed: Some(f) }, OnFailure::SkipDependents) => {
-                let message = format!(
-                    "call `{}` was skipped because `{f}`, which it depends on, failed",
-                    job.prepared.call.id
-                );
-                Outcome::fail(Status::Skipped, ErrorCode::Skipped, message)
-            }
-            _ => Box::pin(invoke(&mut job, &cancel)).await,
-        },
+    let upstream = Upstream {
+        failed: upstream.failed.or(shared_failed),
+    };
+    let outcome = if let Some(why) = refused {
+        drop(ask);
+        let message = format!(
+            "call `{}` ({}) was not admitted by the shared conflict domain {}, so it does not \
+             run: {why}",
+            job.prepared.call.id,
+            job.prepared.call.tool,
+            job.kernel()
+                .shared
+                .as_ref()
+                .map(|d| d.describe())
+                .unwrap_or_default()
+        );
+        Outcome::fail(Status::Error, ErrorCode::DomainUnavailable, message)
+    } else {
+        match approval::answer(&mut job, ask, &cancel).await {
+            Some(o) => o,
+            None => match (&upstream, job.batch.on_failure) {
+                (Upstream { failed: Some(f) }, OnFailure::SkipDependents) => {
+                    let message = format!(
+                        "call `{}` was skipped because `{f}`, which it depends on, failed",
+                        job.prepared.call.id
+                    );
+                    Outcome::fail(Status::Skipped, ErrorCode::Skipped, message)
+                }
+                _ => Box::pin(invoke(&mut job, &cancel)).await,
+            },
+        }
     };
     job.ended.get_or_insert_with(Instant::now);
     // 6. record (the records take their place in the log), release, then hand the result back
@@ -302,10 +365,51 @@ async fn run_ordered(
     let failed = outcome
         .counts_as_failure()
         .then(|| job.prepared.call.id.clone());
+    let shared_release = match (job.fencing, &job.kernel().shared) {
+        (Some(ticket), Some(d)) => Some(d.release(&job.batch.tenant, ticket, failed.is_some())),
+        _ => None,
+    };
     let recording = record::begin(*job, outcome, edges);
     release(&domain, inserted.position, failed.as_deref());
     drop(domain);
+    if let Some(r) = shared_release {
+        if let Err(why) = r.await {
+            // Its successors elsewhere go when its process's lease runs out.
+            tracing::error!(error = %why, "the shared conflict domain did not take a release");
+        }
+    }
     Box::pin(recording.finish()).await
+}
+
+/// A call that will not run, handed to the shared domain: it keeps its place there until its
+/// predecessors there are done, then releases (release after predecessors), in the background.
+fn settle_shared(job: &CallJob, admission: Option<SharedFuture<Result<Admitted, String>>>) {
+    let (Some(d), Some(admission)) = (job.kernel().shared.clone(), admission) else {
+        return;
+    };
+    let tenant = job.batch.tenant.clone();
+    tokio::spawn(async move {
+        if let Ok(a) = admission.await {
+            let _ = a.ready.await;
+            let _ = d.release(&tenant, a.ticket, false).await;
+        }
+    });
+}
+
+/// [`settle_shared`] for a call already admitted, waiting on `ready`.
+fn settle_admitted(
+    job: &CallJob,
+    ticket: u64,
+    ready: SharedFuture<Result<Option<String>, String>>,
+) {
+    let Some(d) = job.kernel().shared.clone() else {
+        return;
+    };
+    let tenant = job.batch.tenant.clone();
+    tokio::spawn(async move {
+        let _ = ready.await;
+        let _ = d.release(&tenant, ticket, false).await;
+    });
 }
 
 fn release(domain: &DomainRef, position: usize, failed: Option<&str>) {

@@ -40,7 +40,8 @@ pub(crate) async fn invoke(job: &mut CallJob, batch_cancel: &CancellationToken) 
         tool.manifest().clone(),
         call_cancel.clone(),
         job.kernel().provisions.clone(),
-    );
+    )
+    .with_fencing_token(job.fencing);
     if let Err(e) = ctx.check_required() {
         job.secrets = ctx.handed_out();
         let code = match &e {

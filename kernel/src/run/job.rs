@@ -29,6 +29,8 @@ pub(crate) struct CallJob {
     pub(crate) secrets: Vec<String>,
     /// The input's digest, taken before the input moved into the handler.
     pub(crate) input_sha256: Option<String>,
+    /// Its admission number in the shared conflict domain, when there is one.
+    pub(crate) fencing: Option<u64>,
 }
 
 impl CallJob {

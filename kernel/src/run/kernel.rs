@@ -41,6 +41,7 @@ use crate::authorize::{AllowAll, Approver, Authorizer, RejectAll};
 use crate::error::Result;
 use crate::model::Batch;
 use crate::order::ready::ReadyQueue;
+use crate::order::shared::SharedDomain;
 use crate::order::Plan;
 use crate::provenance::{NoProvenance, ProvenanceSink};
 #[cfg(feature = "mcp")]
@@ -67,6 +68,7 @@ pub struct KernelBuilder {
     provisions: Provisions,
     allow_unrunnable: bool,
     synthesizers: Option<Synthesizers>,
+    shared: Option<Arc<dyn SharedDomain>>,
     #[cfg(feature = "mcp")]
     mcp_options: McpOptions,
 }
@@ -120,6 +122,14 @@ impl KernelBuilder {
     /// The provenance sink, shared.
     pub fn provenance_arc(mut self, s: Arc<dyn ProvenanceSink>) -> Self {
         self.sink = Some(s);
+        self
+    }
+
+    /// A conflict domain shared with other processes (PostgreSQL: `sluice-postgres`): every
+    /// call is also admitted there, and waits for the conflicting calls of every process that
+    /// shares it. Default: the in-memory domain alone (one process).
+    pub fn shared_domain(mut self, d: Arc<dyn SharedDomain>) -> Self {
+        self.shared = Some(d);
         self
     }
 
@@ -261,6 +271,7 @@ impl KernelBuilder {
                 batches: AtomicU64::new(0),
                 #[cfg(feature = "mcp")]
                 mcp: resolved.mcp,
+                shared: self.shared,
             }),
         })
     }

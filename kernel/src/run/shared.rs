@@ -15,6 +15,7 @@ use crate::access::Normalizers;
 use crate::authorize::{ApprovalOutcome, Approver, Authorizer};
 use crate::order::domain::Domains;
 use crate::order::ready::ReadyQueue;
+use crate::order::shared::SharedDomain;
 use crate::provenance::ProvenanceSink;
 #[cfg(feature = "mcp")]
 use crate::transport::mcp::McpSessions;
@@ -39,6 +40,8 @@ pub(crate) struct KernelInner {
     pub(crate) batches: AtomicU64,
     #[cfg(feature = "mcp")]
     pub(crate) mcp: McpSessions,
+    /// The conflict domain shared with other processes, when there is one.
+    pub(crate) shared: Option<Arc<dyn SharedDomain>>,
 }
 
 /// What every call of one batch knows of it, and the kernel it runs on (so that a call holds one

@@ -120,6 +120,8 @@ pub(crate) struct ContextInner {
     pub(crate) provisions: Arc<Provisions>,
     /// Every secret value handed out during this call, for redaction.
     pub(crate) handed_out: Mutex<Vec<String>>,
+    /// The call's admission number in a shared conflict domain.
+    pub(crate) fencing_token: Option<u64>,
 }
 
 /// The names a manifest declares, by kind.
@@ -176,8 +178,25 @@ impl ToolContext {
                 cancel,
                 provisions,
                 handed_out: Mutex::new(Vec::new()),
+                fencing_token: None,
             }),
         }
+    }
+
+    /// This context with the call's fencing token (its admission number in a shared domain).
+    pub(crate) fn with_fencing_token(mut self, token: Option<u64>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.fencing_token = token;
+        }
+        self
+    }
+
+    /// The call's fencing token when the kernel runs on a shared conflict domain: its admission
+    /// number, increasing across every process that shares the database. A downstream store can
+    /// refuse a write carrying a token lower than one it has seen (a holder whose process was
+    /// presumed dead). `None` on the in-memory domain.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.inner.fencing_token
     }
 
     /// A context for calling a handler outside a kernel (tests, examples): no provisions.

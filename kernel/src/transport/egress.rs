@@ -24,7 +24,7 @@
 //! - **No redirects**, and **no proxy** unless the deployer opts in ([`EgressOptions`]); with a
 //!   proxy the host checks still apply to the URL, but the proxy resolves the name.
 
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr};
 
 use url::{Host, Url};
 
@@ -173,7 +173,7 @@ impl reqwest::dns::Resolve for GuardedResolver {
             if !allow && is_metadata_host(&named) {
                 return Err(format!("`{host}` is a cloud metadata name").into());
             }
-            let addrs: Vec<SocketAddr> =
+            let addrs: Vec<std::net::SocketAddr> =
                 tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             if !allow && addrs.iter().any(|a| is_metadata_ip(a.ip())) {
                 return Err(format!("`{host}` resolves to a cloud metadata address").into());

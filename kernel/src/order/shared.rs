@@ -1,0 +1,65 @@
+//! The seam for a conflict domain that several processes share (PostgreSQL, in the
+//! `sluice-postgres` crate). The in-memory domain (`domain.rs`) still orders a process's own calls;
+//! a shared domain orders them against every other process's calls of the tenant too.
+//!
+//! Why two domains cannot deadlock: a process hands its calls to [`SharedDomain::admit`] in its
+//! submission order, so the shared domain admits them in that order; every wait, local or
+//! shared, is then for a call submitted (and admitted) earlier, and no cycle can form.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use crate::access::Access;
+
+/// A future the shared domain answers with (boxed: the seam is a trait object).
+pub type SharedFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// One call to admit.
+#[derive(Debug, Clone)]
+pub struct AdmitRequest {
+    /// The tenant: only its calls conflict with each other.
+    pub tenant: Arc<str>,
+    /// The batch id.
+    pub batch: Arc<str>,
+    /// The call id.
+    pub call: String,
+    /// The tool id.
+    pub tool: String,
+    /// The call's accesses (patterns included).
+    pub accesses: Vec<Access>,
+}
+
+/// A call the shared domain admitted.
+pub struct Admitted {
+    /// Its admission number: increasing per domain, the call's fencing token (handlers see it in
+    /// [`ToolContext::fencing_token`](crate::transport::ToolContext::fencing_token)).
+    pub ticket: u64,
+    /// Resolves once every earlier unfinished conflicting call, in any process, has ended; with
+    /// the id of one that failed (or whose process was lost), for `skip-dependents`. An `Err` is
+    /// a domain that can no longer say (the call does not run: fail closed).
+    pub ready: SharedFuture<Result<Option<String>, String>>,
+}
+
+impl std::fmt::Debug for Admitted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admitted")
+            .field("ticket", &self.ticket)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A conflict domain shared by processes.
+pub trait SharedDomain: Send + Sync + 'static {
+    /// Admits a call: called synchronously, in the process's submission order (admissions must
+    /// keep that order); the future answers once the call is admitted, or with why it cannot be
+    /// (the database is unreachable: the call does not run).
+    fn admit(&self, request: AdmitRequest) -> SharedFuture<Result<Admitted, String>>;
+
+    /// The call ended (ran or not; `failed` for `skip-dependents`): its successors may go.
+    /// Answers once that is recorded.
+    fn release(&self, tenant: &str, ticket: u64, failed: bool) -> SharedFuture<Result<(), String>>;
+
+    /// Names the domain in messages (a URL without its password).
+    fn describe(&self) -> String;
+}

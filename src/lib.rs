@@ -28,4 +28,5 @@ pub mod serve;
 
 pub use sluice_kernel as kernel;
 pub use sluice_policy as policy;
+pub use sluice_postgres as postgres;
 pub use sluice_provenance as provenance;

@@ -165,6 +165,48 @@ pub(crate) fn kernel_builder(
     Ok(builder)
 }
 
+/// The shared conflict domain options `run` and `serve` share (docs/scale.md).
+#[derive(Debug, clap::Args)]
+pub(crate) struct DomainArgs {
+    /// Share each tenant's conflict domain with every process pointing at this PostgreSQL
+    /// database (`postgres://USER@HOST:PORT/DB`): conflicting calls never overlap across them.
+    #[arg(long, value_name = "URL")]
+    domain: Option<String>,
+    /// How long after its last heartbeat a process that died stops blocking the others.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0, requires = "domain")]
+    lease: f64,
+}
+
+impl DomainArgs {
+    /// Connects to the shared domain (`None` without `--domain`); exit 2 naming the database
+    /// when it cannot be reached (fail closed). Call inside the runtime the kernel runs on.
+    pub(crate) async fn connect(
+        &self,
+    ) -> anyhow::Result<Option<std::sync::Arc<sluice_postgres::PgDomain>>> {
+        let Some(url) = &self.domain else {
+            return Ok(None);
+        };
+        if !(self.lease.is_finite() && self.lease >= 0.3) {
+            return Err(Failure {
+                code: 2,
+                message: format!("--lease {}: a lease is at least 0.3 seconds", self.lease),
+            }
+            .into());
+        }
+        let lease = std::time::Duration::from_secs_f64(self.lease);
+        sluice_postgres::PgDomain::connect(url, lease)
+            .await
+            .map(Some)
+            .map_err(|e| {
+                Failure {
+                    code: 2,
+                    message: format!("--domain: {e}"),
+                }
+                .into()
+            })
+    }
+}
+
 /// The provenance options `run` and `serve` share.
 #[derive(Debug, clap::Args)]
 pub(crate) struct LogArgs {

@@ -43,6 +43,7 @@ pub(crate) fn emit(args: std::fmt::Arguments<'_>, newline: bool) {
 }
 
 pub(crate) mod common;
+mod db;
 mod demo;
 #[cfg(feature = "mcp")]
 mod mcp;
@@ -91,6 +92,9 @@ enum Command {
     /// The gateway: an MCP server (streamable HTTP or stdio) and an HTTP batch API in front of
     /// one kernel, with tenants from bearer tokens (docs/serve.md).
     Serve(serve::Args),
+    /// The PostgreSQL database of a shared conflict domain: its schema (docs/scale.md).
+    #[command(subcommand)]
+    Db(db::Command),
     /// MCP servers: import a server's tools as Kindgi manifests.
     #[cfg(feature = "mcp")]
     #[command(subcommand)]
@@ -117,6 +121,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Provenance(c) => provenance::run(c),
         Command::Tools(a) => tools::run(a),
         Command::Serve(a) => serve::run(a),
+        Command::Db(c) => db::run(c),
         #[cfg(feature = "mcp")]
         Command::Mcp(c) => mcp::run(c),
     }

@@ -10,7 +10,7 @@ use sluice::kernel::run::OnFailure;
 use sluice::kernel::BatchResult;
 use sluice::report::{absent_for_null, ms, run_json};
 
-use super::common::{read_batch, BatchInput, LogArgs};
+use super::common::{read_batch, BatchInput, DomainArgs, LogArgs};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -42,6 +42,9 @@ pub(crate) struct Args {
     /// The provenance log and its checkpoints.
     #[command(flatten)]
     log: LogArgs,
+    /// The shared conflict domain (PostgreSQL), for several processes.
+    #[command(flatten)]
+    domain: DomainArgs,
     /// What happens to the dependents of a failed call.
     #[arg(long, value_enum, default_value = "continue")]
     on_failure: FailureMode,
@@ -162,9 +165,20 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(log) = &log {
         builder = builder.provenance_arc(log.clone());
     }
-    let kernel = builder.build()?;
     let runtime = tokio::runtime::Runtime::new()?;
+    let domain = runtime.block_on(args.domain.connect())?;
+    if let Some(d) = &domain {
+        builder = builder.shared_domain(d.clone());
+    }
+    let kernel = {
+        let _inside = runtime.enter();
+        builder.build()?
+    };
     let result = runtime.block_on(kernel.run(batch))?;
+    if let Some(d) = &domain {
+        // Every call of this process has been released: nobody waits for its lease to end.
+        runtime.block_on(d.close());
+    }
     {
         // MCP sessions close inside the runtime that runs them.
         let _inside = runtime.enter();

@@ -14,7 +14,7 @@ use sluice::kernel::authorize::{
 use sluice::kernel::builtin::KvStore;
 use sluice::serve::{read_tokens, serve_http, serve_stdio, Gateway, GatewayOptions, Telemetry};
 
-use super::common::{bind_endpoints, load_tools, LogArgs};
+use super::common::{bind_endpoints, load_tools, DomainArgs, LogArgs};
 use super::Failure;
 
 #[derive(Debug, clap::Args)]
@@ -46,6 +46,9 @@ pub(crate) struct Args {
     /// The provenance log and its checkpoints.
     #[command(flatten)]
     log: LogArgs,
+    /// The shared conflict domain (PostgreSQL), for several gateways.
+    #[command(flatten)]
+    domain: DomainArgs,
     /// Who answers asks: `none` rejects (fail closed), `all` approves, `elicit` asks the user of
     /// the MCP client that sent the call (a client that cannot be asked, and the batch API, are
     /// rejected).
@@ -140,6 +143,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let runtime = tokio::runtime::Runtime::new()?;
     let _inside = runtime.enter();
+    let domain = runtime.block_on(args.domain.connect())?;
+    if let Some(d) = &domain {
+        builder = builder.shared_domain(d.clone());
+    }
     let kernel = builder.build()?;
     let options = GatewayOptions::default()
         .with_tokens(tokens)
@@ -178,6 +185,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         serve_http(gateway.clone(), listener, shutdown_signal()).await
     });
     drop(gateway);
+    if let Some(d) = &domain {
+        runtime.block_on(d.close());
+    }
     if let Some(log) = &log {
         if let Err(e) = runtime.block_on(log.flush()) {
             eprintln!("sluice: the provenance log could not be flushed: {e}");

@@ -4,6 +4,7 @@
 pub mod http_server;
 pub mod mcp;
 pub mod otlp;
+pub mod postgres;
 pub mod python;
 
 /// The transitive closure of a DAG whose edges go from lower to higher positions:

@@ -1,0 +1,67 @@
+//! The schema, by versioned migrations: each runs once, in order, in the transaction that records
+//! it; a process that finds the schema older than itself migrates it (under an advisory lock, so
+//! that two processes starting at once do not both try), and `sluice db migrate` does it
+//! explicitly. No table is changed by hand.
+
+use tokio_postgres::Client;
+
+/// The migrations, in order: (version, what it does, the SQL).
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[(
+    1,
+    "the shared conflict domain: processes and their leases, admitted calls",
+    "CREATE TABLE sluice_owners (
+         owner     text PRIMARY KEY,
+         heartbeat timestamptz NOT NULL,
+         started   timestamptz NOT NULL DEFAULT now()
+     );
+     CREATE SEQUENCE sluice_admission;
+     CREATE TABLE sluice_calls (
+         ticket      bigint PRIMARY KEY,
+         tenant      text NOT NULL,
+         batch       text NOT NULL,
+         call        text NOT NULL,
+         tool        text NOT NULL,
+         owner       text NOT NULL,
+         accesses    jsonb NOT NULL,
+         waits_for   bigint[] NOT NULL,
+         state       text NOT NULL CHECK (state IN ('admitted', 'ok', 'failed', 'lost')),
+         admitted_at timestamptz NOT NULL DEFAULT now(),
+         ended_at    timestamptz
+     );
+     CREATE INDEX sluice_calls_open ON sluice_calls (tenant, ticket) WHERE state = 'admitted';
+     CREATE INDEX sluice_calls_owner ON sluice_calls (owner) WHERE state = 'admitted';",
+)];
+
+/// Brings the schema to the newest version; returns (version before, version after).
+pub async fn migrate(client: &mut Client) -> Result<(i32, i32), tokio_postgres::Error> {
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock(7262)", &[])
+        .await?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS sluice_schema (
+             version     integer PRIMARY KEY,
+             description text NOT NULL,
+             applied_at  timestamptz NOT NULL DEFAULT now()
+         )",
+    )
+    .await?;
+    let before: i32 = tx
+        .query_one("SELECT coalesce(max(version), 0) FROM sluice_schema", &[])
+        .await?
+        .get(0);
+    let mut now = before;
+    for (version, description, sql) in MIGRATIONS {
+        if *version <= before {
+            continue;
+        }
+        tx.batch_execute(sql).await?;
+        tx.execute(
+            "INSERT INTO sluice_schema (version, description) VALUES ($1, $2)",
+            &[version, description],
+        )
+        .await?;
+        now = *version;
+    }
+    tx.commit().await?;
+    Ok((before, now))
+}

@@ -1,0 +1,295 @@
+//! Past one machine (docs/scale.md): processes that share a PostgreSQL database share each
+//! tenant's conflict domain. Against a real server (tests/support/postgres.rs), started on
+//! loopback in a temporary directory.
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use sluice::kernel::run::Kernel;
+use sluice::kernel::transport::{handler, ToolContext};
+use sluice::kernel::{Batch, Call, Status};
+use sluice::postgres::PgDomain;
+use support::http_server;
+use support::postgres::Postgres;
+
+/// What a handler saw: (key, start, end, fencing token).
+type Spans = Arc<Mutex<Vec<(String, Instant, Instant, Option<u64>)>>>;
+
+/// `t.write` writes `x:{key}`, `t.sweep` writes `x:*` (a glob: it conflicts with every key);
+/// both record their own start and end.
+fn kernel(domain: Arc<PgDomain>, spans: &Spans) -> Kernel {
+    let tool = |id: &str, resource: &str| {
+        let spans = spans.clone();
+        support::tool(
+            id,
+            json!([{"kind": "writes", "resource": resource}]),
+            true,
+            handler(move |ctx: ToolContext, input: Value| {
+                let spans = spans.clone();
+                async move {
+                    let start = Instant::now();
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                    let key = input["key"].as_str().unwrap_or("*").to_owned();
+                    spans
+                        .lock()
+                        .unwrap()
+                        .push((key, start, Instant::now(), ctx.fencing_token()));
+                    Ok(json!({}))
+                }
+            }),
+        )
+    };
+    Kernel::builder()
+        .tool(tool("t.write", "x:{key}"))
+        .tool(tool("t.sweep", "x:*"))
+        .shared_domain(domain)
+        .build()
+        .unwrap()
+}
+
+fn overlaps(spans: &[(String, Instant, Instant, Option<u64>)]) -> Vec<String> {
+    let mut bad = Vec::new();
+    for (i, a) in spans.iter().enumerate() {
+        for b in &spans[i + 1..] {
+            let conflict = a.0 == b.0 || a.0 == "*" || b.0 == "*";
+            if conflict && a.1 < b.2 && b.1 < a.2 {
+                bad.push(format!("{} and {} overlap", a.0, b.0));
+            }
+        }
+    }
+    bad
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_domains_on_one_database_never_run_conflicting_calls_together() {
+    let pg = Postgres::start();
+    let spans: Spans = Arc::default();
+    let d1 = PgDomain::connect(&pg.url, Duration::from_secs(3))
+        .await
+        .unwrap();
+    let d2 = PgDomain::connect(&pg.url, Duration::from_secs(3))
+        .await
+        .unwrap();
+    assert_ne!(d1.owner(), d2.owner());
+    let (k1, k2) = (kernel(d1.clone(), &spans), kernel(d2.clone(), &spans));
+    let batch = |prefix: &str| {
+        let calls = (0..24)
+            .map(|i| {
+                if i % 8 == 7 {
+                    Call::new(format!("{prefix}{i}"), "t.sweep", json!({}))
+                } else {
+                    let key = ["a", "b", "c"][i % 3];
+                    Call::new(format!("{prefix}{i}"), "t.write", json!({"key": key}))
+                }
+            })
+            .collect();
+        Batch::new("acme", calls).unwrap()
+    };
+    let (r1, r2) = tokio::join!(k1.run(batch("p")), k2.run(batch("q")));
+    for r in r1.unwrap().results.iter().chain(r2.unwrap().results.iter()) {
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+    }
+    let spans = spans.lock().unwrap().clone();
+    assert_eq!(spans.len(), 48);
+    assert_eq!(overlaps(&spans), Vec::<String>::new());
+    // Every handler saw its admission number, and no two saw the same.
+    let mut tokens: Vec<u64> = spans
+        .iter()
+        .map(|s| s.3.expect("a fencing token"))
+        .collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 48);
+    // Another tenant never waits for this one (it has nothing unfinished to wait for).
+    let other = k1
+        .run(Batch::new("globex", vec![Call::new("g", "t.sweep", json!({}))]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(other.results[0].status, Status::Ok);
+    d1.close().await;
+    d2.close().await;
+}
+
+/// A manifest for the CLI: `rec.hold` writes `rec:{key}` and holds the recorder 30 ms;
+/// `rec.sweep` writes `rec:*`; `rec.wait` writes `rec:{key}` and holds it `ms`.
+fn recorder_tools(dir: &std::path::Path, server: &http_server::Server) {
+    let tool = |id: &str, resource: &str, path: &str| {
+        json!({"id": id, "description": "recorded", "version": "1.0.0",
+            "input": {"type": "object"}, "output": {}, "mutating": true,
+            "effects": [{"kind": "writes", "resource": resource},
+                        {"kind": "network", "resource": "net:127.0.0.1"}],
+            "network": {"kind": "allowlist", "hosts": ["127.0.0.1"]},
+            "spec": {"kind": "http", "method": "GET", "urlTemplate": server.url(path)}})
+    };
+    let tools = json!([
+        tool("rec.hold", "rec:{key}", "/hold/{key}"),
+        tool("rec.sweep", "rec:*", "/hold/sweep"),
+        tool("rec.wait", "rec:{key}", "/slow/{ms}"),
+    ]);
+    std::fs::write(dir.join("rec.json"), tools.to_string()).unwrap();
+}
+
+fn sluice_run(dir: &std::path::Path, batch: &Value, extra: &[&str]) -> Child {
+    let path = dir.join(format!(
+        "batch-{}.json",
+        batch["calls"][0]["id"].as_str().unwrap()
+    ));
+    std::fs::write(&path, batch.to_string()).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["run", "--tools"])
+        .arg(dir.join("rec.json"))
+        .arg("--batch")
+        .arg(&path)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn results(child: Child) -> Value {
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_share_the_conflict_domain_as_the_recorder_sees_it() {
+    let pg = Postgres::start();
+    let server = http_server::start().await;
+    let dir = support::temp_dir("scale-three");
+    recorder_tools(&dir, &server);
+    // The schema, explicitly (a process would make it on first use too); twice is a no-op.
+    let first = support::sluice(&["db", "migrate", &pg.url], None, None);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    assert!(
+        first.stdout.contains("from version 0 to 1"),
+        "{}",
+        first.stdout
+    );
+    let again = support::sluice(&["db", "migrate", &pg.url], None, None);
+    assert!(again.stdout.contains("nothing to do"), "{}", again.stdout);
+
+    let batch = |p: usize| {
+        let calls: Vec<Value> = (0..10)
+            .map(|i| {
+                if i == 5 {
+                    json!({"id": format!("p{p}-{i}"), "tool": "rec.sweep", "input": {}})
+                } else {
+                    let key = format!("k{}", (i + p) % 3);
+                    json!({"id": format!("p{p}-{i}"), "tool": "rec.hold", "input": {"key": key}})
+                }
+            })
+            .collect();
+        json!({"tenant": "acme", "calls": calls})
+    };
+    let children: Vec<Child> = (0..3)
+        .map(|p| sluice_run(&dir, &batch(p), &["--domain", &pg.url]))
+        .collect();
+    let outs =
+        tokio::task::spawn_blocking(move || children.into_iter().map(results).collect::<Vec<_>>())
+            .await
+            .unwrap();
+    for v in &outs {
+        for r in v["results"].as_array().unwrap() {
+            assert_eq!(r["status"], "ok", "{r}");
+        }
+    }
+    // The recorder's own clock: no two requests of one key, nor a sweep and anything, overlap.
+    let seen = server.requests();
+    assert_eq!(seen.len(), 30);
+    for (i, a) in seen.iter().enumerate() {
+        for b in &seen[i + 1..] {
+            let conflict =
+                a.target == b.target || a.target == "/hold/sweep" || b.target == "/hold/sweep";
+            assert!(
+                !(conflict && a.arrived < b.answered && b.arrived < a.answered),
+                "{} and {} overlapped",
+                a.target,
+                b.target
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_process_stops_blocking_others_when_its_lease_runs_out() {
+    let pg = Postgres::start();
+    let server = http_server::start().await;
+    let dir = support::temp_dir("scale-kill");
+    recorder_tools(&dir, &server);
+    let lease = ["--domain", pg.url.as_str(), "--lease", "1"];
+    // A holds rec:x for a minute; B's write of rec:x waits for it.
+    let mut a = sluice_run(
+        &dir,
+        &json!({"tenant": "acme", "calls": [{"id": "a", "tool": "rec.wait",
+                                            "input": {"key": "x", "ms": 60000}}]}),
+        &lease,
+    );
+    while server.requests().is_empty() && server.connection_count() == 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let b = sluice_run(
+        &dir,
+        &json!({"tenant": "acme", "calls": [{"id": "b", "tool": "rec.hold", "input": {"key": "x"}}]}),
+        &lease,
+    );
+    // A dies in the middle of its write (SIGKILL); B runs once A's lease is out.
+    let killed = Instant::now();
+    a.kill().unwrap();
+    a.wait().unwrap();
+    let v = tokio::task::spawn_blocking(move || results(b))
+        .await
+        .unwrap();
+    assert_eq!(v["results"][0]["status"], "ok", "{v}");
+    // B's write reached the recorder while A's minute-long request was still unanswered: B was
+    // released by A's lease, not by A's write ending.
+    let seen = server.requests();
+    let hold = seen
+        .iter()
+        .find(|r| r.target == "/hold/x")
+        .expect("B's write");
+    assert!(hold.arrived > killed, "B did not wait for A while A lived");
+    assert!(
+        !seen.iter().any(|r| r.target.starts_with("/slow/")),
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn without_its_database_a_process_admits_nothing() {
+    let dir = support::temp_dir("scale-down");
+    let batch = dir.join("b.json");
+    std::fs::write(
+        &batch,
+        json!({"calls": [{"id": "e", "tool": "sluice.echo", "input": {"x": 1}}]}).to_string(),
+    )
+    .unwrap();
+    let url = "postgres://sluice:pw@127.0.0.1:1/nowhere";
+    let run = support::sluice(
+        &["run", "--batch", batch.to_str().unwrap(), "--domain", url],
+        None,
+        None,
+    );
+    assert_eq!(run.code, 2, "{}", run.stdout);
+    assert!(
+        run.stderr.contains("postgres://sluice@127.0.0.1:1/nowhere"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains("pw"),
+        "the password stays out: {}",
+        run.stderr
+    );
+    let migrate = support::sluice(&["db", "migrate", url], None, None);
+    assert_eq!(migrate.code, 2);
+}

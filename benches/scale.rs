@@ -6,11 +6,8 @@
 //!
 //! Run: `cargo bench --bench scale` (needs Debian's postgresql package, as the tests do).
 
-#[path = "../tests/support/postgres.rs"]
-mod postgres;
 #[path = "../tests/support/mod.rs"]
-#[allow(dead_code)]
-mod support_tools;
+mod support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,7 +20,7 @@ use sluice::postgres::PgDomain;
 
 /// A tool that writes `x:{key}` and does nothing else: what is measured is the domain.
 fn kernel(domain: Option<Arc<PgDomain>>) -> Kernel {
-    let tool = support_tools::tool(
+    let tool = support::tool(
         "b.write",
         json!([{"kind": "writes", "resource": "x:{key}"}]),
         true,
@@ -94,7 +91,7 @@ async fn throughput(kernels: &[Kernel], per: usize, keys: usize) -> f64 {
 }
 
 fn main() {
-    let pg = postgres::Postgres::start();
+    let pg = support::postgres::Postgres::start();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -162,7 +162,7 @@ fn results(child: Child) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_processes_share_the_conflict_domain_as_the_recorder_sees_it() {
+async fn two_runs_and_a_gateway_share_the_conflict_domain_as_the_recorder_sees_it() {
     let pg = Postgres::start();
     let server = http_server::start().await;
     let dir = support::temp_dir("scale-three");

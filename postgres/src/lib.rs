@@ -322,7 +322,8 @@ impl PgDomain {
     }
 
     /// Ends this process's lease (its calls have all been released): other processes stop
-    /// waiting on it at once rather than at its lease's end.
+    /// waiting on it at once rather than at its lease's end. A call it left unreleased is
+    /// marked `lost` by the next heartbeat of any process.
     pub async fn close(&self) {
         let _ = self
             .inner
@@ -550,7 +551,8 @@ async fn leases(inner: Arc<Inner>, mut conn: ConnectionTask) {
                 "WITH dead AS (DELETE FROM sluice_owners \
                    WHERE heartbeat < now() - make_interval(secs => $1) RETURNING owner), \
                  lost AS (UPDATE sluice_calls SET state = 'lost', ended_at = now() \
-                   WHERE state = 'admitted' AND owner IN (SELECT owner FROM dead) \
+                   WHERE state = 'admitted' AND (owner IN (SELECT owner FROM dead) \
+                     OR owner NOT IN (SELECT owner FROM sluice_owners)) \
                    RETURNING ticket, call) \
                  SELECT pg_notify($2, ticket || ' 1 ' || call) FROM lost",
                 &[&secs, &CHANNEL],

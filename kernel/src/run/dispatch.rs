@@ -33,7 +33,7 @@ use crate::authorize::{AuthRequest, Authorization, DecidedBy, Decision};
 use crate::error::{panic_message, ErrorCode};
 use crate::model::Status;
 use crate::order::domain::{DomainRef, IndexPanicked, Inserted, Owner, Upstream};
-use crate::order::shared::{AdmitRequest, Admitted, SharedFuture};
+use crate::order::shared::{AdmitRequest, Admitted, SharedDomain, SharedFuture};
 use crate::order::PreparedCall;
 use crate::provenance::EdgeRecord;
 
@@ -383,6 +383,7 @@ async fn run_ordered(
 
 /// A call that will not run, handed to the shared domain: it keeps its place there until its
 /// predecessors there are done, then releases (release after predecessors), in the background.
+/// It counts as failed there, as it does in its own process's domain (`skip-dependents`).
 fn settle_shared(job: &CallJob, admission: Option<SharedFuture<Result<Admitted, String>>>) {
     let (Some(d), Some(admission)) = (job.kernel().shared.clone(), admission) else {
         return;
@@ -390,8 +391,7 @@ fn settle_shared(job: &CallJob, admission: Option<SharedFuture<Result<Admitted, 
     let tenant = job.batch.tenant.clone();
     tokio::spawn(async move {
         if let Ok(a) = admission.await {
-            let _ = a.ready.await;
-            let _ = d.release(&tenant, a.ticket, false).await;
+            settle(&*d, &tenant, a.ticket, a.ready).await;
         }
     });
 }
@@ -406,10 +406,17 @@ fn settle_admitted(
         return;
     };
     let tenant = job.batch.tenant.clone();
-    tokio::spawn(async move {
-        let _ = ready.await;
-        let _ = d.release(&tenant, ticket, false).await;
-    });
+    tokio::spawn(async move { settle(&*d, &tenant, ticket, ready).await });
+}
+
+async fn settle(
+    d: &dyn SharedDomain,
+    tenant: &str,
+    ticket: u64,
+    ready: SharedFuture<Result<Option<String>, String>>,
+) {
+    let _ = ready.await;
+    let _ = d.release(tenant, ticket, true).await;
 }
 
 fn release(domain: &DomainRef, position: usize, failed: Option<&str>) {

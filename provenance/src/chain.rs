@@ -242,6 +242,54 @@ fn describe(text: &str, e: &serde_json::Error) -> String {
     format!("holds no valid record: {e}")
 }
 
+/// Checks a chain one line at a time, wherever its lines come from (a file's lines, a database's
+/// rows): each line must be canonical, hash to its own `hash`, carry the next `seq` and the hash
+/// of the line before it as `prev`.
+#[derive(Debug, Clone, Default)]
+pub struct Checker {
+    at: Scanned,
+}
+
+impl Checker {
+    /// A checker for a chain's first line.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A checker that continues a chain from a known state (its records and head).
+    pub fn resume(records: u64, head: &str) -> Self {
+        Self {
+            at: Scanned {
+                records,
+                head: head.to_owned(),
+                valid_len: 0,
+            },
+        }
+    }
+
+    /// Checks the next line (its bytes, without a newline): its record, or why it is bad. A bad
+    /// line leaves the state as it was.
+    pub fn check(&mut self, line: &[u8]) -> Result<Record, String> {
+        let Ok(text) = std::str::from_utf8(line) else {
+            return Err("is not UTF-8".to_string());
+        };
+        let record = check_line(text, self.at.records + 1, &self.at.head)?;
+        self.at.records += 1;
+        self.at.head = sha256_hex(line);
+        Ok(record)
+    }
+
+    /// The chain's state after the last good line.
+    pub fn state(&self) -> &Scanned {
+        &self.at
+    }
+
+    /// The state, taken.
+    pub fn into_state(self) -> Scanned {
+        self.at
+    }
+}
+
 /// Reads a log line by line, checking the chain, and hands each valid line (its bytes without
 /// the newline) and record to `visit`. Memory: one line at a time.
 ///
@@ -251,38 +299,21 @@ pub fn scan<R: std::io::BufRead>(
     mut reader: R,
     mut visit: impl FnMut(&[u8], Record),
 ) -> Result<Scanned, ScanError> {
-    let mut at = Scanned::default();
+    let mut checker = Checker::new();
     let mut buf = Vec::with_capacity(1024);
     let mut number = 0usize;
     loop {
         buf.clear();
         let n = reader.read_until(b'\n', &mut buf).map_err(ScanError::Io)?;
         if n == 0 {
-            return Ok(at);
+            return Ok(checker.into_state());
         }
         number += 1;
         let complete = buf.last() == Some(&b'\n');
         let text_bytes = if complete { &buf[..n - 1] } else { &buf[..] };
-        let fail = |why: String, at: Scanned| ScanError::Damaged {
-            damage: Damage {
-                line: number,
-                why,
-                kind: if complete {
-                    DamageKind::Broken
-                } else {
-                    DamageKind::TornTail { complete: false }
-                },
-            },
-            at,
-        };
-        let Ok(text) = std::str::from_utf8(text_bytes) else {
-            return Err(fail("is not UTF-8".to_string(), at));
-        };
-        match check_line(text, at.records + 1, &at.head) {
+        match checker.check(text_bytes) {
             Ok(record) => {
                 visit(text_bytes, record);
-                at.records += 1;
-                at.head = sha256_hex(text_bytes);
                 if !complete {
                     return Err(ScanError::Damaged {
                         damage: Damage {
@@ -291,17 +322,28 @@ pub fn scan<R: std::io::BufRead>(
                                 .into(),
                             kind: DamageKind::TornTail { complete: true },
                         },
-                        at,
+                        at: checker.into_state(),
                     });
                 }
-                at.valid_len += n as u64;
+                checker.at.valid_len += n as u64;
             }
-            Err(why) if complete => return Err(fail(why, at)),
             Err(why) => {
-                return Err(fail(
-                    format!("is torn (a write was cut short) and {why}"),
-                    at,
-                ))
+                let (why, kind) = if complete {
+                    (why, DamageKind::Broken)
+                } else {
+                    (
+                        format!("is torn (a write was cut short) and {why}"),
+                        DamageKind::TornTail { complete: false },
+                    )
+                };
+                return Err(ScanError::Damaged {
+                    damage: Damage {
+                        line: number,
+                        why,
+                        kind,
+                    },
+                    at: checker.into_state(),
+                });
             }
         }
     }

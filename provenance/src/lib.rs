@@ -54,14 +54,14 @@ pub mod note;
 pub mod query;
 
 use std::io::BufReader;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use serde_json::{json, Value};
 use sluice_kernel::provenance::Record;
 
-pub use chain::{Damage, DamageKind, Scanned};
+pub use chain::{Checker, Damage, DamageKind, Scanned};
 pub use error::ProvenanceError;
 pub use log::{checkpoints_path, CheckpointOptions, Durability, LogOptions, Opened, ProvenanceLog};
 
@@ -75,6 +75,33 @@ fn damaged(path: &Path, d: Damage) -> ProvenanceError {
         line: d.line,
         torn_tail: d.is_torn_tail(),
         why: d.why,
+    }
+}
+
+/// Where a log's lines come from, for the questions asked of a log (verify, checkpoint, prove,
+/// lineage, why, export): a file ([`FileSource`]), or — in `sluice-postgres` — one tenant's chain
+/// in a database. The chain is checked as it is read.
+pub trait LogSource {
+    /// How messages name the log (a path, or a database and tenant).
+    fn name(&self) -> PathBuf;
+
+    /// Reads the log once, in order, checking the chain, and hands each line's bytes and record
+    /// to `visit`: the chain's state after the last line, or the first bad line
+    /// ([`ProvenanceError::Damaged`]).
+    fn scan(&self, visit: &mut dyn FnMut(&[u8], Record)) -> Result<Scanned, ProvenanceError>;
+}
+
+/// A log file as a [`LogSource`].
+#[derive(Debug, Clone, Copy)]
+pub struct FileSource<'a>(pub &'a Path);
+
+impl LogSource for FileSource<'_> {
+    fn name(&self) -> PathBuf {
+        self.0.to_owned()
+    }
+
+    fn scan(&self, visit: &mut dyn FnMut(&[u8], Record)) -> Result<Scanned, ProvenanceError> {
+        scan_file(self.0, visit)
     }
 }
 
@@ -103,20 +130,34 @@ pub fn verify_file(path: &Path) -> Result<Scanned, ProvenanceError> {
 
 /// Every record of the log at `path`, once it checks.
 pub fn read_records(path: &Path) -> Result<Vec<Record>, ProvenanceError> {
+    read_source(&FileSource(path))
+}
+
+/// Every record of a log, once it checks.
+pub fn read_source(source: &dyn LogSource) -> Result<Vec<Record>, ProvenanceError> {
     let mut records = Vec::new();
-    scan_file(path, |_, r| records.push(r))?;
+    source.scan(&mut |_, r| records.push(r))?;
     Ok(records)
 }
 
-/// A signed checkpoint of the log as it stands: the checkpoint and its signed note. The origin
-/// defaults to the key's name.
+/// A signed checkpoint of the log at `path` as it stands: the checkpoint and its signed note.
+/// The origin defaults to the key's name.
 pub fn checkpoint_file(
     path: &Path,
     key: &SignerKey,
     origin: Option<&str>,
 ) -> Result<(Checkpoint, String), ProvenanceError> {
+    checkpoint_source(&FileSource(path), key, origin)
+}
+
+/// [`checkpoint_file`] for any log.
+pub fn checkpoint_source(
+    source: &dyn LogSource,
+    key: &SignerKey,
+    origin: Option<&str>,
+) -> Result<(Checkpoint, String), ProvenanceError> {
     let mut tree = Frontier::new();
-    let scanned = scan_file(path, |line, _| tree.push_line(line))?;
+    let scanned = source.scan(&mut |line, _| tree.push_line(line))?;
     let checkpoint = Checkpoint {
         origin: origin.unwrap_or(key.name()).to_owned(),
         size: scanned.records,
@@ -135,10 +176,19 @@ pub fn verify_checkpoint(
     signed: &str,
     verifier: &VerifierKey,
 ) -> Result<(Scanned, Checkpoint), ProvenanceError> {
+    verify_checkpoint_source(&FileSource(path), signed, verifier)
+}
+
+/// [`verify_checkpoint`] for any log.
+pub fn verify_checkpoint_source(
+    source: &dyn LogSource,
+    signed: &str,
+    verifier: &VerifierKey,
+) -> Result<(Scanned, Checkpoint), ProvenanceError> {
     let checkpoint = Checkpoint::open(signed, verifier)?;
     let mut tree = Frontier::new();
     let mut root_at_size = (checkpoint.size == 0).then(|| tree.root());
-    let scanned = scan_file(path, |line, _| {
+    let scanned = source.scan(&mut |line, _| {
         if tree.size() < checkpoint.size {
             tree.push_line(line);
             if tree.size() == checkpoint.size {
@@ -148,12 +198,12 @@ pub fn verify_checkpoint(
     })?;
     match root_at_size {
         None => Err(ProvenanceError::Truncated {
-            path: path.to_owned(),
+            path: source.name(),
             records: scanned.records,
             size: checkpoint.size,
         }),
         Some(root) if root != checkpoint.root => Err(ProvenanceError::Forked {
-            path: path.to_owned(),
+            path: source.name(),
             size: checkpoint.size,
         }),
         Some(_) => Ok((scanned, checkpoint)),
@@ -210,11 +260,22 @@ pub fn prove(
     batch: Option<&str>,
     signed: &str,
 ) -> Result<InclusionProof, ProvenanceError> {
+    prove_source(&FileSource(path), call, batch, signed)
+}
+
+/// [`prove`] for any log.
+pub fn prove_source(
+    source: &dyn LogSource,
+    call: &str,
+    batch: Option<&str>,
+    signed: &str,
+) -> Result<InclusionProof, ProvenanceError> {
+    let path = source.name();
     let checkpoint = Checkpoint::parse_unverified(signed)?;
     let size = checkpoint.size;
     let mut leaves: Vec<Hash> = Vec::new();
     let mut found: Vec<(u64, String)> = Vec::new();
-    let scanned = scan_file(path, |line, record| {
+    let scanned = source.scan(&mut |line, record| {
         if (leaves.len() as u64) < size {
             if let Record::Call(c) = &record {
                 if c.call == call && batch.is_none_or(|b| b == c.batch) {
@@ -232,22 +293,19 @@ pub fn prove(
     }
     if (leaves.len() as u64) < size {
         return Err(ProvenanceError::Truncated {
-            path: path.to_owned(),
+            path,
             records: leaves.len() as u64,
             size,
         });
     }
     let root = merkle::root_of(&leaves);
     if root != checkpoint.root {
-        return Err(ProvenanceError::Forked {
-            path: path.to_owned(),
-            size,
-        });
+        return Err(ProvenanceError::Forked { path, size });
     }
     let (leaf_index, _) = match found.as_slice() {
         [] => {
             return Err(ProvenanceError::CallNotFound {
-                path: path.to_owned(),
+                path,
                 call: call.to_owned(),
                 batch: batch.map(str::to_owned),
                 size,

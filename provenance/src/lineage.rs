@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use sluice_kernel::access::Pattern;
-use sluice_kernel::provenance::{CallRecord, EdgeRecord};
+use sluice_kernel::provenance::{CallRecord, EdgeRecord, Record};
 
 /// The resource itself when its pattern text has no wildcard or escape (most do not): it then
 /// matches exactly that text, and parsing it would only cost time.
@@ -130,6 +130,30 @@ impl LastWriters {
             }
         }
         out
+    }
+
+    /// A group of records as a log keeps it: hands each record to `add` in order, each call
+    /// preceded by the lineage edges it gets from other batches' writers (those the kernel did not
+    /// already put before it in the group), and takes each call's writes in after it.
+    pub fn add_group(&mut self, group: &[Record], mut add: impl FnMut(&Record)) {
+        let mut start = 0;
+        for (i, record) in group.iter().enumerate() {
+            if let Record::Call(call) = record {
+                // The kernel's own edges for this call: the records of its group before it.
+                let known = group[start..i].iter().filter_map(|r| match r {
+                    Record::Edge(e) => Some(e),
+                    _ => None,
+                });
+                for e in self.edges_for(call, known) {
+                    add(&Record::Edge(e));
+                }
+                start = i + 1;
+            }
+            add(record);
+            if let Record::Call(call) = record {
+                self.apply(call);
+            }
+        }
     }
 
     /// Takes a call's writes in: it becomes the last writer of each resource it wrote, and the

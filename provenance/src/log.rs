@@ -433,24 +433,9 @@ impl Writer {
 
     /// Adds a group: its records, each call preceded by its lineage edges; returns the last seq.
     fn add_group(&mut self, group: &[Record], buf: &mut Vec<u8>) -> u64 {
-        let mut start = 0;
-        for (i, record) in group.iter().enumerate() {
-            if let Record::Call(call) = record {
-                // The kernel's own edges for this call: the records of its group before it.
-                let known = group[start..i].iter().filter_map(|r| match r {
-                    Record::Edge(e) => Some(e),
-                    _ => None,
-                });
-                for e in self.writers.edges_for(call, known) {
-                    self.add(&Record::Edge(e), buf);
-                }
-                start = i + 1;
-            }
-            self.add(record, buf);
-            if let Record::Call(call) = record {
-                self.writers.apply(call);
-            }
-        }
+        let mut writers = std::mem::take(&mut self.writers);
+        writers.add_group(group, |r| self.add(r, buf));
+        self.writers = writers;
         self.seq
     }
 

@@ -57,7 +57,9 @@ pub trait SharedDomain: Send + Sync + 'static {
     fn admit(&self, request: AdmitRequest) -> SharedFuture<Result<Admitted, String>>;
 
     /// The call ended (ran or not; `failed` for `skip-dependents`): its successors may go.
-    /// Answers once that is recorded.
+    /// Answers once that is recorded. The kernel calls it once the provenance sink has answered
+    /// for the call's records, so a log the processes share holds a writer before any reader it
+    /// released elsewhere.
     fn release(&self, tenant: &str, ticket: u64, failed: bool) -> SharedFuture<Result<(), String>>;
 
     /// Names the domain in messages (a URL without its password).

@@ -372,13 +372,16 @@ async fn run_ordered(
     let recording = record::begin(*job, outcome, edges);
     release(&domain, inserted.position, failed.as_deref());
     drop(domain);
+    // The other processes' successors go once the sink has answered for this call's records:
+    // a shared log then holds the writer before any reader elsewhere (causal order, lineage).
+    let result = Box::pin(recording.finish()).await;
     if let Some(r) = shared_release {
         if let Err(why) = r.await {
             // Its successors elsewhere go when its process's lease runs out.
             tracing::error!(error = %why, "the shared conflict domain did not take a release");
         }
     }
-    Box::pin(recording.finish()).await
+    result
 }
 
 /// A call that will not run, handed to the shared domain: it keeps its place there until its

@@ -27,6 +27,7 @@
 //! # Ok(()) }
 //! ```
 
+mod provenance;
 mod schema;
 
 use std::collections::{HashMap, HashSet};
@@ -42,6 +43,7 @@ use sluice_kernel::order::shared::{AdmitRequest, Admitted, SharedDomain, SharedF
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::{AsyncMessage, Client, NoTls};
 
+pub use provenance::{is_postgres_url, PgChain, PgProvenance};
 pub use schema::{migrate, MIGRATIONS};
 
 /// Connects to `url` and brings its schema to the newest version (`sluice db migrate`): returns
@@ -248,7 +250,7 @@ impl PgDomain {
     /// that heartbeat it and that mark the calls of processes whose lease ran out `lost`. Fails
     /// when the database cannot be reached (fail closed).
     pub async fn connect(url: &str, lease: Duration) -> Result<Arc<Self>, PgError> {
-        if !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
+        if !is_postgres_url(url) {
             return Err(PgError::NotAUrl(url.to_owned()));
         }
         let shown = redact_url(url);

@@ -6,10 +6,11 @@
 use tokio_postgres::Client;
 
 /// The migrations, in order: (version, what it does, the SQL).
-pub const MIGRATIONS: &[(i32, &str, &str)] = &[(
-    1,
-    "the shared conflict domain: processes and their leases, admitted calls",
-    "CREATE TABLE sluice_owners (
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "the shared conflict domain: processes and their leases, admitted calls",
+        "CREATE TABLE sluice_owners (
          owner     text PRIMARY KEY,
          heartbeat timestamptz NOT NULL,
          started   timestamptz NOT NULL DEFAULT now()
@@ -30,7 +31,36 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[(
      );
      CREATE INDEX sluice_calls_open ON sluice_calls (tenant, ticket) WHERE state = 'admitted';
      CREATE INDEX sluice_calls_owner ON sluice_calls (owner) WHERE state = 'admitted';",
-)];
+    ),
+    (
+        2,
+        "shared provenance: one append-only table, one hash chain per tenant",
+        // `line` is the record's line exactly as a log file holds it (crate sluice-provenance,
+        // module chain): its `seq` and `prev` are the tenant's, so each tenant's rows in `seq`
+        // order are a chain a reader checks as it would a file. Rows are only ever inserted:
+        // the triggers refuse UPDATE, DELETE and TRUNCATE (one who bypasses them — a superuser
+        // disabling triggers — is caught by `sluice provenance verify`).
+        "CREATE TABLE sluice_provenance (
+             tenant       text NOT NULL,
+             seq          bigint NOT NULL CHECK (seq > 0),
+             line         text NOT NULL,
+             committed_at timestamptz NOT NULL DEFAULT now(),
+             PRIMARY KEY (tenant, seq)
+         );
+         CREATE FUNCTION sluice_provenance_append_only() RETURNS trigger
+             LANGUAGE plpgsql AS $$
+             BEGIN
+                 RAISE EXCEPTION 'sluice_provenance is append-only: % refused', TG_OP;
+             END
+             $$;
+         CREATE TRIGGER sluice_provenance_no_change
+             BEFORE UPDATE OR DELETE ON sluice_provenance
+             FOR EACH ROW EXECUTE FUNCTION sluice_provenance_append_only();
+         CREATE TRIGGER sluice_provenance_no_truncate
+             BEFORE TRUNCATE ON sluice_provenance
+             FOR EACH STATEMENT EXECUTE FUNCTION sluice_provenance_append_only();",
+    ),
+];
 
 /// Brings the schema to the newest version; returns (version before, version after).
 pub async fn migrate(client: &mut Client) -> Result<(i32, i32), tokio_postgres::Error> {

@@ -4,8 +4,7 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use std::sync::{Arc, Mutex};
 
@@ -18,41 +17,8 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{json, Value};
+use support::gateway::{start, terminate, Gateway};
 use support::temp_dir;
-
-/// A running gateway; killed when dropped.
-struct Gateway {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts `sluice serve --listen 127.0.0.1:0 <args>` and reads the address it prints first.
-fn start(args: &[&str]) -> Gateway {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("sluice serve starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let base = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("the first line names the address: {line:?}"))
-        .to_owned();
-    Gateway { child, base }
-}
 
 async fn mcp_client(url: &str, token: Option<&str>) -> RunningService<RoleClient, ClientConfig> {
     let mut config = StreamableHttpClientTransportConfig::with_uri(url);
@@ -109,16 +75,6 @@ async fn until_metric(g: &Gateway, want: &str) {
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-}
-
-/// Sends SIGTERM to the gateway.
-fn terminate(g: &Gateway) {
-    let pid = g.child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
 }
 
 fn args(v: Value) -> serde_json::Map<String, Value> {

@@ -210,15 +210,17 @@ impl DomainArgs {
 /// The provenance options `run` and `serve` share.
 #[derive(Debug, clap::Args)]
 pub(crate) struct LogArgs {
-    /// Append a record of every call, conflict edge and the batch to this provenance log
-    /// (created if missing; a torn last line is repaired).
-    #[arg(long)]
+    /// Append a record of every call, conflict edge and the batch to this provenance log: a file
+    /// (created if missing; a torn last line is repaired), or `postgres://…`, one hash chain per
+    /// tenant shared by every process pointing at it (docs/scale.md).
+    #[arg(long, value_name = "FILE|URL")]
     pub(crate) provenance: Option<PathBuf>,
-    /// `durable`: a call's record is on disk before its result is reported; `buffered`: faster.
+    /// `durable`: a call's record is on disk (committed, for PostgreSQL) before its result is
+    /// reported; `buffered`: faster.
     #[arg(long, value_enum, default_value = "durable")]
     durability: DurabilityMode,
     /// Append a signed checkpoint of the log to `LOG.checkpoints` every N records (and one when
-    /// the run ends); needs `--key` and `--provenance`.
+    /// the run ends); needs `--key` and `--provenance` (a file).
     #[arg(long, value_name = "N", requires = "key", requires = "provenance",
           value_parser = clap::value_parser!(u64).range(1..))]
     checkpoint_every: Option<u64>,
@@ -236,16 +238,85 @@ enum DurabilityMode {
     Buffered,
 }
 
+/// An open provenance log: a file, or a database's shared chains.
+pub(crate) enum OpenLog {
+    File(std::sync::Arc<ProvenanceLog>),
+    Pg(std::sync::Arc<sluice_postgres::PgProvenance>),
+}
+
+impl OpenLog {
+    /// The log as the kernel's sink.
+    pub(crate) fn sink(&self) -> std::sync::Arc<dyn sluice::kernel::provenance::ProvenanceSink> {
+        match self {
+            OpenLog::File(l) => l.clone(),
+            OpenLog::Pg(l) => l.clone(),
+        }
+    }
+
+    /// How messages name it (a database without its password).
+    pub(crate) fn name(&self) -> String {
+        match self {
+            OpenLog::File(l) => l.path().display().to_string(),
+            OpenLog::Pg(l) => l.url().to_owned(),
+        }
+    }
+
+    /// Waits until everything queued is kept.
+    pub(crate) async fn flush(&self) -> Result<(), String> {
+        match self {
+            OpenLog::File(l) => l.flush().await,
+            OpenLog::Pg(l) => l.flush().await,
+        }
+    }
+
+    /// Stops a database log's writer once what is queued is committed (a file's writer is a
+    /// thread: [`OpenLog::close`] stops it). Call inside the runtime, after the kernel is gone.
+    pub(crate) async fn finish(&self) {
+        if let OpenLog::Pg(l) = self {
+            l.close().await;
+        }
+    }
+
+    /// Closes a log file (its last checkpoint is written then); call once the runtime is gone,
+    /// so that no task holds the log any more.
+    pub(crate) fn close(self) {
+        if let OpenLog::File(l) = self {
+            if let Ok(l) = std::sync::Arc::try_unwrap(l) {
+                l.close();
+            }
+        }
+    }
+}
+
 impl LogArgs {
-    /// Opens the log (`None` without `--provenance`), with its checkpoints.
-    pub(crate) fn open(&self) -> anyhow::Result<Option<std::sync::Arc<ProvenanceLog>>> {
+    /// Opens the log (`None` without `--provenance`), with its checkpoints. A database that
+    /// cannot be reached is exit 2, naming it. Call inside the runtime the kernel runs on.
+    pub(crate) async fn open(&self) -> anyhow::Result<Option<OpenLog>> {
         let Some(path) = &self.provenance else {
             return Ok(None);
         };
-        let mut options = LogOptions::new(match self.durability {
+        let durability = match self.durability {
             DurabilityMode::Durable => Durability::Durable,
             DurabilityMode::Buffered => Durability::Buffered,
-        });
+        };
+        if let Some(url) = path.to_str().filter(|u| sluice_postgres::is_postgres_url(u)) {
+            if self.checkpoint_every.is_some() {
+                return Err(Failure {
+                    code: 2,
+                    message: "--checkpoint-every: signed checkpoints are written beside a log                               file; for a PostgreSQL chain, sign one with `sluice provenance                               checkpoint postgres://… --tenant T --key KEYFILE`"
+                        .into(),
+                }
+                .into());
+            }
+            let log = sluice_postgres::PgProvenance::connect(url, durability)
+                .await
+                .map_err(|e| Failure {
+                    code: 2,
+                    message: format!("--provenance: {e}"),
+                })?;
+            return Ok(Some(OpenLog::Pg(log)));
+        }
+        let mut options = LogOptions::new(durability);
         if let (Some(every), Some(key)) = (self.checkpoint_every, &self.key) {
             let key = super::provenance::read_signer_key(key)?;
             let mut c = CheckpointOptions::new(key, every);
@@ -254,8 +325,8 @@ impl LogArgs {
             }
             options = options.with_checkpoints(c);
         }
-        Ok(Some(std::sync::Arc::new(super::provenance::open(
-            path, options,
-        )?)))
+        Ok(Some(OpenLog::File(std::sync::Arc::new(
+            super::provenance::open(path, options)?,
+        ))))
     }
 }

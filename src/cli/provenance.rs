@@ -11,9 +11,10 @@ use sluice::kernel::access::Pattern;
 use sluice::kernel::provenance::{BatchRecord, Record};
 use sluice::provenance::note::{split_checkpoints, SignerKey, VerifierKey};
 use sluice::provenance::{
-    checkpoint_file, prove, query, read_records, verify_checkpoint, verify_file, Durability,
-    LogOptions, ProvenanceError, ProvenanceLog,
+    checkpoint_source, prove_source, query, read_source, verify_checkpoint_source, Durability,
+    FileSource, LogOptions, LogSource, ProvenanceError, ProvenanceLog,
 };
+use sluice_postgres::PgChain;
 
 use super::{Failure, TextOrJson};
 
@@ -22,7 +23,7 @@ pub(crate) enum Command {
     /// Check the hash chain: exit 0 with the record count and head hash, or exit 1 naming the
     /// first bad line.
     Verify {
-        /// The log.
+        /// The log: a file, or `postgres://…` (its tenants' chains).
         file: PathBuf,
         /// The head hash the log must end with (detects a cut tail).
         #[arg(long)]
@@ -36,6 +37,9 @@ pub(crate) enum Command {
         /// The verifier key (`NAME+HEXID+BASE64`, or a file holding it).
         #[arg(long, value_name = "VKEY", requires = "checkpoint")]
         verifier: Option<String>,
+        /// For a `postgres://` log: the tenant whose chain to verify (default: every tenant's).
+        #[arg(long)]
+        tenant: Option<String>,
         /// Output format.
         #[arg(long, value_enum, default_value = "text")]
         format: TextOrJson,
@@ -47,6 +51,10 @@ pub(crate) enum Command {
         /// The resource pattern.
         #[arg(long)]
         resource: String,
+        /// For a `postgres://` log: the tenant whose chain to read (default `default`); for a
+        /// file, only that tenant's records are considered.
+        #[arg(long)]
+        tenant: Option<String>,
     },
     /// A call's causal ancestors, through read-after-write edges.
     Why {
@@ -58,6 +66,10 @@ pub(crate) enum Command {
         /// The batch, when several batches have a call with that id.
         #[arg(long)]
         batch: Option<String>,
+        /// For a `postgres://` log: the tenant whose chain to read (default `default`); for a
+        /// file, only that tenant's records are considered.
+        #[arg(long)]
+        tenant: Option<String>,
     },
     /// Export the log.
     Export {
@@ -66,6 +78,10 @@ pub(crate) enum Command {
         /// The export format.
         #[arg(long, value_enum)]
         format: ExportFormat,
+        /// For a `postgres://` log: the tenant whose chain to read (default `default`); for a
+        /// file, only that tenant's records are considered.
+        #[arg(long)]
+        tenant: Option<String>,
     },
     /// Write a new Ed25519 signer key (mode 0600) and print its verifier key.
     Keygen {
@@ -86,6 +102,9 @@ pub(crate) enum Command {
         /// The origin line (default: the key's name).
         #[arg(long)]
         origin: Option<String>,
+        /// For a `postgres://` log: the tenant whose chain (default `default`).
+        #[arg(long)]
+        tenant: Option<String>,
     },
     /// Print the RFC 6962 inclusion proof of a call's record in a checkpointed log.
     Prove {
@@ -100,6 +119,9 @@ pub(crate) enum Command {
         /// The signed checkpoint (a file).
         #[arg(long, value_name = "CKPT")]
         checkpoint: PathBuf,
+        /// For a `postgres://` log: the tenant whose chain (default `default`).
+        #[arg(long)]
+        tenant: Option<String>,
     },
     /// Append synthetic batch records as fast as the log takes them, printing each record's
     /// sequence number once the log has acknowledged it (a load and crash-test tool).
@@ -130,9 +152,58 @@ fn failed(e: ProvenanceError) -> anyhow::Error {
     }
 }
 
-/// Reads a log for a question; unreadable is exit 2, damaged exit 1 (naming the line).
-fn records(file: &Path) -> anyhow::Result<Vec<Record>> {
-    read_records(file).map_err(failed)
+/// The default tenant of a database chain.
+const DEFAULT_TENANT: &str = "default";
+
+/// A log named on the command line: a file, or `postgres://…`.
+fn is_database(file: &Path) -> Option<&str> {
+    file.to_str().filter(|u| sluice_postgres::is_postgres_url(u))
+}
+
+/// The one chain a command reads: a file's, or a tenant's in a database. A file has one chain
+/// for every tenant, so a tenant is refused for it (exit 2).
+fn chain<'a>(file: &'a Path, tenant: Option<&str>) -> anyhow::Result<Box<dyn LogSource + 'a>> {
+    match (is_database(file), tenant) {
+        (Some(url), t) => Ok(Box::new(PgChain::new(url, t.unwrap_or(DEFAULT_TENANT)))),
+        (None, None) => Ok(Box::new(FileSource(file))),
+        (None, Some(_)) => Err(Failure {
+            code: 2,
+            message: format!(
+                "--tenant applies to a `postgres://` log; the file {} holds one chain for every \
+                 tenant",
+                file.display()
+            ),
+        }
+        .into()),
+    }
+}
+
+/// Reads a log for a question (only `tenant`'s records when given); unreadable is exit 2,
+/// damaged exit 1 (naming the line).
+fn records(file: &Path, tenant: Option<&str>) -> anyhow::Result<Vec<Record>> {
+    let mut records = match is_database(file) {
+        Some(url) => read_source(&PgChain::new(url, tenant.unwrap_or(DEFAULT_TENANT))),
+        None => read_source(&FileSource(file)),
+    }
+    .map_err(failed)?;
+    if let Some(t) = tenant {
+        records.retain(|r| {
+            t == match r {
+                Record::Call(c) => c.tenant.as_str(),
+                Record::Edge(e) => e.tenant.as_str(),
+                Record::Batch(b) => b.tenant.as_str(),
+            }
+        });
+    }
+    Ok(records)
+}
+
+/// How a log is named in answers: a file's path, a database's URL without its password.
+fn shown(file: &Path) -> String {
+    match is_database(file) {
+        Some(url) => sluice_postgres::redact_url(url),
+        None => file.display().to_string(),
+    }
 }
 
 /// Reads a text file (exit 2 when it cannot be read).
@@ -180,17 +251,44 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
             format,
             checkpoint,
             verifier,
+            tenant,
         } => {
             let checkpoint = match (checkpoint, verifier) {
                 (Some(c), Some(v)) => Some((read_checkpoint(&c)?, read_verifier_key(&v)?)),
                 _ => None,
             };
-            verify(&file, head.as_deref(), checkpoint, format)
+            match (is_database(&file), tenant) {
+                (Some(url), None) => {
+                    if head.is_some() || checkpoint.is_some() {
+                        return Err(Failure {
+                            code: 2,
+                            message: "--head and --checkpoint name one chain: with a \
+                                      `postgres://` log, say whose with --tenant"
+                                .into(),
+                        }
+                        .into());
+                    }
+                    verify_tenants(url, format)
+                }
+                (_, tenant) => verify(
+                    &*chain(&file, tenant.as_deref())?,
+                    head.as_deref(),
+                    checkpoint,
+                    format,
+                ),
+            }
         }
         Command::Keygen { name, out } => keygen(&name, &out),
-        Command::Checkpoint { file, key, origin } => {
+        Command::Checkpoint {
+            file,
+            key,
+            origin,
+            tenant,
+        } => {
             let key = read_signer_key(&key)?;
-            let (_, signed) = checkpoint_file(&file, &key, origin.as_deref()).map_err(failed)?;
+            let (_, signed) =
+                checkpoint_source(&*chain(&file, tenant.as_deref())?, &key, origin.as_deref())
+                    .map_err(failed)?;
             out!("{signed}");
             Ok(ExitCode::SUCCESS)
         }
@@ -199,30 +297,54 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
             call,
             batch,
             checkpoint,
+            tenant,
         } => {
             let signed = read_checkpoint(&checkpoint)?;
-            let proof = prove(&file, &call, batch.as_deref(), &signed).map_err(failed)?;
+            let source = chain(&file, tenant.as_deref())?;
+            let proof =
+                prove_source(&*source, &call, batch.as_deref(), &signed).map_err(failed)?;
             outln!("{}", serde_json::to_string_pretty(&proof.to_json())?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Lineage { file, resource } => {
+        Command::Lineage {
+            file,
+            resource,
+            tenant,
+        } => {
             let pattern = Pattern::parse(&resource).map_err(|e| Failure {
                 code: 2,
                 message: format!("the resource `{resource}` {e}"),
             })?;
-            let l = query::lineage(&records(&file)?, &pattern);
+            let l = query::lineage(&records(&file, tenant.as_deref())?, &pattern);
             outln!("{}", serde_json::to_string_pretty(&l)?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Why { file, call, batch } => {
-            let answers = query::why(&records(&file)?, &call, batch.as_deref());
+        Command::Why {
+            file,
+            call,
+            batch,
+            tenant,
+        } => {
+            let answers = query::why(
+                &records(&file, tenant.as_deref())?,
+                &call,
+                batch.as_deref(),
+            );
             if answers.is_empty() {
+                let whose = match (is_database(&file), &tenant) {
+                    (Some(_), t) => format!(
+                        " (tenant `{}`)",
+                        t.as_deref().unwrap_or(DEFAULT_TENANT)
+                    ),
+                    (None, Some(t)) => format!(" among tenant `{t}`'s records"),
+                    (None, None) => String::new(),
+                };
                 return Err(super::invalid(format!(
-                    "no call `{call}`{} in {}",
+                    "no call `{call}`{} in {}{whose}",
                     batch
                         .map(|b| format!(" in batch `{b}`"))
                         .unwrap_or_default(),
-                    file.display()
+                    shown(&file)
                 )));
             }
             outln!("{}", serde_json::to_string_pretty(&answers)?);
@@ -231,10 +353,14 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Export {
             file,
             format: ExportFormat::ProvJson,
+            tenant,
         } => {
             outln!(
                 "{}",
-                serde_json::to_string_pretty(&query::prov_json(&records(&file)?))?
+                serde_json::to_string_pretty(&query::prov_json(&records(
+                    &file,
+                    tenant.as_deref()
+                )?))?
             );
             Ok(ExitCode::SUCCESS)
         }
@@ -289,11 +415,12 @@ fn keygen(name: &str, out: &Path) -> anyhow::Result<ExitCode> {
 /// `verify`: the chain intact (and, with `--head`, ending where it should; with a checkpoint,
 /// holding exactly the records it signed).
 fn verify(
-    file: &Path,
+    source: &dyn LogSource,
     head: Option<&str>,
     checkpoint: Option<(String, VerifierKey)>,
     format: TextOrJson,
 ) -> anyhow::Result<ExitCode> {
+    let name = source.name();
     let fail = |message: String, extra: serde_json::Value| {
         match format {
             TextOrJson::Json => {
@@ -303,15 +430,15 @@ fn verify(
                 }
                 outln!("{v}")
             }
-            TextOrJson::Text => outln!("{}: {message}", file.display()),
+            TextOrJson::Text => outln!("{}: {message}", name.display()),
         }
         Ok(ExitCode::from(1))
     };
     let checked = match &checkpoint {
         Some((signed, verifier)) => {
-            verify_checkpoint(file, signed, verifier).map(|(v, c)| (v, Some(c)))
+            verify_checkpoint_source(source, signed, verifier).map(|(v, c)| (v, Some(c)))
         }
-        None => verify_file(file).map(|v| (v, None)),
+        None => source.scan(&mut |_, _| {}).map(|v| (v, None)),
     };
     let (v, checkpoint) = match checked {
         Ok(ok) => ok,
@@ -374,10 +501,57 @@ fn verify(
                 .unwrap_or_default();
             outln!(
                 "{}: intact, {} records, head {}{covered}",
-                file.display(),
+                name.display(),
                 v.records,
                 v.head
             )
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `verify` of every tenant's chain in a database: exit 0 with each one's records and head, or 1
+/// naming the first damaged record of the first damaged chain.
+fn verify_tenants(url: &str, format: TextOrJson) -> anyhow::Result<ExitCode> {
+    let tenants = PgChain::tenants(url).map_err(failed)?;
+    let mut chains = Vec::new();
+    for tenant in &tenants {
+        let source = PgChain::new(url, tenant);
+        match source.scan(&mut |_, _| {}) {
+            Ok(v) => chains.push((tenant, v)),
+            Err(e) if e.is_io() => return Err(super::unreadable(&e)),
+            Err(ProvenanceError::Damaged { line, why, .. }) => {
+                let message = format!("record {line}: the record {why}");
+                match format {
+                    TextOrJson::Json => outln!(
+                        "{}",
+                        json!({"valid": false, "tenant": tenant, "line": line,
+                               "message": message})
+                    ),
+                    TextOrJson::Text => outln!("{}: {message}", source.name().display()),
+                }
+                return Ok(ExitCode::from(1));
+            }
+            Err(e) => return Err(failed(e)),
+        }
+    }
+    let records: u64 = chains.iter().map(|(_, v)| v.records).sum();
+    match format {
+        TextOrJson::Json => outln!(
+            "{}",
+            json!({"valid": true, "records": records, "tenants": chains.iter().map(|(t, v)| {
+                json!({"tenant": t, "records": v.records, "head": v.head})
+            }).collect::<Vec<_>>()})
+        ),
+        TextOrJson::Text => {
+            outln!(
+                "{}: intact, {records} records in {} tenant chain(s)",
+                sluice_postgres::redact_url(url),
+                chains.len()
+            );
+            for (t, v) in &chains {
+                outln!("  {t}: {} records, head {}", v.records, v.head);
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -161,11 +161,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         ApproveMode::None => builder.approver(RejectAll),
         ApproveMode::Prompt => builder.approver(super::policy::PromptApprover::default()),
     };
-    let log = args.log.open()?;
-    if let Some(log) = &log {
-        builder = builder.provenance_arc(log.clone());
-    }
     let runtime = tokio::runtime::Runtime::new()?;
+    let log = runtime.block_on(args.log.open())?;
+    if let Some(log) = &log {
+        builder = builder.provenance_arc(log.sink());
+    }
     let domain = runtime.block_on(args.domain.connect())?;
     if let Some(d) = &domain {
         builder = builder.shared_domain(d.clone());
@@ -186,13 +186,17 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     // Everything the log holds is on disk before the answer; with the runtime gone no task
     // holds the log any more, so closing it here also writes the last checkpoint first.
-    let flushed = log.as_ref().map(|log| runtime.block_on(log.flush()));
+    let flushed = log.as_ref().map(|log| {
+        runtime.block_on(async {
+            let flushed = log.flush().await;
+            log.finish().await;
+            flushed
+        })
+    });
     drop(runtime);
     let log_failure = log.and_then(|log| {
-        let path = log.path().display().to_string();
-        if let Ok(log) = std::sync::Arc::try_unwrap(log) {
-            log.close();
-        }
+        let path = log.name();
+        log.close();
         flushed.and_then(Result::err).map(|e| (path, e))
     });
     match (args.format, args.format.api()) {

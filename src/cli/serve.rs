@@ -137,12 +137,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             }) as ApprovalFuture
         }),
     };
-    let log = args.log.open()?;
-    if let Some(log) = &log {
-        builder = builder.provenance_arc(log.clone());
-    }
     let runtime = tokio::runtime::Runtime::new()?;
     let _inside = runtime.enter();
+    let log = runtime.block_on(args.log.open())?;
+    if let Some(log) = &log {
+        builder = builder.provenance_arc(log.sink());
+    }
     let domain = runtime.block_on(args.domain.connect())?;
     if let Some(d) = &domain {
         builder = builder.shared_domain(d.clone());
@@ -192,10 +192,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         if let Err(e) = runtime.block_on(log.flush()) {
             eprintln!("sluice: the provenance log could not be flushed: {e}");
         }
+        runtime.block_on(log.finish());
     }
     drop(_inside);
     drop(runtime);
-    if let Some(log) = log.and_then(|l| Arc::try_unwrap(l).ok()) {
+    if let Some(log) = log {
         log.close();
     }
     served.map_err(|e| Failure {

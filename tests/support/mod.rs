@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod gateway;
 pub mod http_server;
 pub mod mcp;
 pub mod otlp;

@@ -135,6 +135,27 @@ impl Postgres {
     pub fn data(&self) -> &Path {
         &self.data
     }
+
+    /// Runs SQL with `psql` (unaligned, tuples only) and returns what it printed; panics with
+    /// psql's error when it fails.
+    pub fn sql(&self, sql: &str) -> String {
+        let out = self.try_sql(sql);
+        out.unwrap_or_else(|e| panic!("psql failed on `{sql}`: {e}"))
+    }
+
+    /// Runs SQL with `psql`: what it printed, or its error.
+    pub fn try_sql(&self, sql: &str) -> Result<String, String> {
+        let out = Command::new(self.bin.join("psql"))
+            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1"])
+            .args(["-p", &self.port.to_string(), "-U", "sluice", "-d", "postgres", "-c", sql])
+            .output()
+            .expect("psql runs");
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
 }
 
 impl Drop for Postgres {

@@ -65,6 +65,8 @@ struct Seen {
     ended: HashMap<String, (Duration, u64)>,
     /// Each call's recorded outcome (known for dropped and detached batches too).
     outcomes: HashMap<String, Status>,
+    /// Each call's recorded error message, if it has one.
+    errors: HashMap<String, String>,
     /// Call records per call id, and batch records per batch id.
     call_records: HashMap<String, usize>,
     batch_records: HashMap<String, usize>,
@@ -88,6 +90,9 @@ struct Seen {
 struct World {
     t0: Instant,
     seen: Arc<Mutex<Seen>>,
+    /// Held across a submission and its entry in `seen.submitted` (not `seen` itself: a
+    /// submission may record a refused call at once, through the sink).
+    submitting: Arc<Mutex<()>>,
 }
 
 impl World {
@@ -95,6 +100,7 @@ impl World {
         World {
             t0: Instant::now(),
             seen: Arc::default(),
+            submitting: Arc::default(),
         }
     }
 
@@ -330,6 +336,9 @@ fn kernel_built(
             let mut s = sink_world.seen();
             match record {
                 Record::Call(c) => {
+                    if let Some(m) = &c.error_message {
+                        s.errors.insert(c.call.clone(), m.clone());
+                    }
                     s.outcomes.insert(c.call.clone(), c.outcome);
                     let place = s.call_places.len();
                     s.call_places.insert(c.call.clone(), place);
@@ -542,10 +551,14 @@ async fn drive(kernel: Kernel, world: World, plan: PlannedBatch) {
             tokio::time::sleep(Duration::from_millis(call.gap_ms)).await;
         }
         let now = world.now();
+        // On a multi-threaded runtime (the PostgreSQL run) two drivers of one kernel log their
+        // calls in the order the kernel took them.
+        let order = world.submitting.lock().unwrap_or_else(|e| e.into_inner());
         handle
             .submit(Call::new(&call.id, call.tool, call.input.clone()))
             .expect("a fresh call id is accepted");
         world.seen().submitted.push((call.id.clone(), plan.n, now));
+        drop(order);
     }
     let record = |world: &World, results: Vec<CallResult>| {
         let mut s = world.seen();
@@ -764,7 +777,9 @@ fn check_on(
                         // Cancelled while it waited for its predecessors (it lets go when they
                         // have), for its approval, or — under caps — for a permit. Without caps it
                         // can only be cancelled before it could go, or at that very instant.
-                        (Some(Status::Cancelled), Some(c)) if c <= go || caps.is_some() || shared => {
+                        (Some(Status::Cancelled), Some(c))
+                            if c <= go || caps.is_some() || shared =>
+                        {
                             ready.max(c)
                         }
                         (Some(Status::Rejected), _) if !approved => go,
@@ -772,7 +787,8 @@ fn check_on(
                         (outcome, _) => {
                             return Err(format!(
                                 "{id} never started, and nothing explains it (outcome \
-                                 {outcome:?}, go {go:?}, cancelled {cancelled:?})"
+                                 {outcome:?} {:?}, go {go:?}, cancelled {cancelled:?})",
+                                s.errors.get(*id)
                             ))
                         }
                     }
@@ -827,6 +843,12 @@ fn leftover(kernel: &Kernel) -> Option<String> {
                 kernel.tenant_load(tenant)
             ));
         }
+    }
+    if kernel.shared_settling() != 0 {
+        return Some(format!(
+            "{} calls still hold their place in the shared domain after the traffic",
+            kernel.shared_settling()
+        ));
     }
     (kernel.tenants_held() != 0).then(|| {
         format!(

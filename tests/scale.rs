@@ -161,6 +161,19 @@ fn results(child: Child) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// Posts a Sluice batch to a gateway's `/v1/run` and reads the JSON answer.
+async fn gateway_run(base: &str, batch: &Value) -> Value {
+    let response = reqwest::Client::new()
+        .post(format!("{base}/v1/run"))
+        .header("content-type", "application/json")
+        .body(batch.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.json::<Value>().await.unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_runs_and_a_gateway_share_the_conflict_domain_as_the_recorder_sees_it() {
     let pg = Postgres::start();
@@ -171,7 +184,7 @@ async fn two_runs_and_a_gateway_share_the_conflict_domain_as_the_recorder_sees_i
     let first = support::sluice(&["db", "migrate", &pg.url], None, None);
     assert_eq!(first.code, 0, "{}", first.stderr);
     assert!(
-        first.stdout.contains("from version 0 to 1"),
+        first.stdout.contains("from version 0 to 2"),
         "{}",
         first.stdout
     );
@@ -191,14 +204,28 @@ async fn two_runs_and_a_gateway_share_the_conflict_domain_as_the_recorder_sees_i
             .collect();
         json!({"tenant": "acme", "calls": calls})
     };
-    let children: Vec<Child> = (0..3)
-        .map(|p| sluice_run(&dir, &batch(p), &["--domain", &pg.url]))
+    // Three processes, one database for the domain and the provenance: a gateway (the tenant
+    // is its default) and two `sluice run`, all started before any batch goes in.
+    let rec = dir.join("rec.json");
+    let shared = ["--domain", pg.url.as_str(), "--provenance", pg.url.as_str()];
+    let gateway = support::gateway::start(
+        &[
+            &["--tools", rec.to_str().unwrap(), "--tenant", "acme"][..],
+            &shared[..],
+        ]
+        .concat(),
+    );
+    let children: Vec<Child> = (0..2)
+        .map(|p| sluice_run(&dir, &batch(p), &shared))
         .collect();
-    let outs =
+    let served = gateway_run(&gateway.base, &batch(2)).await;
+    let mut outs =
         tokio::task::spawn_blocking(move || children.into_iter().map(results).collect::<Vec<_>>())
             .await
             .unwrap();
+    outs.push(served);
     for v in &outs {
+        assert_eq!(v["results"].as_array().unwrap().len(), 10, "{v}");
         for r in v["results"].as_array().unwrap() {
             assert_eq!(r["status"], "ok", "{r}");
         }
@@ -217,6 +244,58 @@ async fn two_runs_and_a_gateway_share_the_conflict_domain_as_the_recorder_sees_i
                 b.target
             );
         }
+    }
+    // The gateway stops (SIGTERM: it flushes and closes its log), then the provenance of all
+    // three verifies as one chain for the tenant: 30 call records and 3 batch records.
+    support::gateway::terminate(&gateway);
+    let mut gateway = gateway;
+    assert!(gateway.child.wait().unwrap().success());
+    let all = support::sluice(&["provenance", "verify", &pg.url], None, None);
+    assert_eq!(all.code, 0, "{}{}", all.stdout, all.stderr);
+    let one = support::sluice(
+        &[
+            "provenance",
+            "verify",
+            &pg.url,
+            "--tenant",
+            "acme",
+            "--format",
+            "json",
+        ],
+        None,
+        None,
+    );
+    assert_eq!(one.code, 0, "{}", one.stderr);
+    let v: Value = serde_json::from_str(&one.stdout).unwrap();
+    assert_eq!(v["valid"], true, "{v}");
+    let export = support::sluice(
+        &[
+            "provenance",
+            "export",
+            &pg.url,
+            "--tenant",
+            "acme",
+            "--format",
+            "prov-json",
+        ],
+        None,
+        None,
+    );
+    assert_eq!(export.code, 0, "{}", export.stderr);
+    let prov: Value = serde_json::from_str(&export.stdout).unwrap();
+    let calls: Vec<&String> = prov["activity"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, a)| a["prov:type"] == "sluice:call")
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(calls.len(), 30, "{calls:?}");
+    for p in 0..3 {
+        assert!(
+            calls.iter().any(|id| id.ends_with(&format!("p{p}-0"))),
+            "process {p}'s calls are in the tenant's chain: {calls:?}"
+        );
     }
 }
 

@@ -455,7 +455,11 @@ enum Stop {
 
 impl LogSource for PgChain {
     fn name(&self) -> PathBuf {
-        PathBuf::from(format!("{} (tenant `{}`)", redact_url(&self.url), self.tenant))
+        PathBuf::from(format!(
+            "{} (tenant `{}`)",
+            redact_url(&self.url),
+            self.tenant
+        ))
     }
 
     fn scan(&self, visit: &mut dyn FnMut(&[u8], Record)) -> Result<Scanned, ProvenanceError> {

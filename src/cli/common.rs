@@ -299,7 +299,10 @@ impl LogArgs {
             DurabilityMode::Durable => Durability::Durable,
             DurabilityMode::Buffered => Durability::Buffered,
         };
-        if let Some(url) = path.to_str().filter(|u| sluice_postgres::is_postgres_url(u)) {
+        if let Some(url) = path
+            .to_str()
+            .filter(|u| sluice_postgres::is_postgres_url(u))
+        {
             if self.checkpoint_every.is_some() {
                 return Err(Failure {
                     code: 2,

@@ -157,7 +157,8 @@ const DEFAULT_TENANT: &str = "default";
 
 /// A log named on the command line: a file, or `postgres://…`.
 fn is_database(file: &Path) -> Option<&str> {
-    file.to_str().filter(|u| sluice_postgres::is_postgres_url(u))
+    file.to_str()
+        .filter(|u| sluice_postgres::is_postgres_url(u))
 }
 
 /// The one chain a command reads: a file's, or a tenant's in a database. A file has one chain
@@ -301,8 +302,7 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         } => {
             let signed = read_checkpoint(&checkpoint)?;
             let source = chain(&file, tenant.as_deref())?;
-            let proof =
-                prove_source(&*source, &call, batch.as_deref(), &signed).map_err(failed)?;
+            let proof = prove_source(&*source, &call, batch.as_deref(), &signed).map_err(failed)?;
             outln!("{}", serde_json::to_string_pretty(&proof.to_json())?);
             Ok(ExitCode::SUCCESS)
         }
@@ -325,17 +325,12 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
             batch,
             tenant,
         } => {
-            let answers = query::why(
-                &records(&file, tenant.as_deref())?,
-                &call,
-                batch.as_deref(),
-            );
+            let answers = query::why(&records(&file, tenant.as_deref())?, &call, batch.as_deref());
             if answers.is_empty() {
                 let whose = match (is_database(&file), &tenant) {
-                    (Some(_), t) => format!(
-                        " (tenant `{}`)",
-                        t.as_deref().unwrap_or(DEFAULT_TENANT)
-                    ),
+                    (Some(_), t) => {
+                        format!(" (tenant `{}`)", t.as_deref().unwrap_or(DEFAULT_TENANT))
+                    }
                     (None, Some(t)) => format!(" among tenant `{t}`'s records"),
                     (None, None) => String::new(),
                 };

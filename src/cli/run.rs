@@ -176,7 +176,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let result = runtime.block_on(kernel.run(batch))?;
     if let Some(d) = &domain {
-        // Every call of this process has been released: nobody waits for its lease to end.
+        // Calls that did not run release once their predecessors elsewhere are done; then every
+        // call of this process has been released and nobody waits for its lease to end.
+        runtime.block_on(kernel.shared_settled());
         runtime.block_on(d.close());
     }
     {

@@ -171,6 +171,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         })),
         None => options,
     };
+    let settling = kernel.clone();
     let gateway = Arc::new(Gateway::new(kernel, options)?);
     let served = runtime.block_on(async {
         if args.stdio {
@@ -186,8 +187,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     });
     drop(gateway);
     if let Some(d) = &domain {
+        // Calls that did not run release once their predecessors elsewhere are done; then the
+        // lease ends and nobody waits for it.
+        runtime.block_on(settling.shared_settled());
         runtime.block_on(d.close());
     }
+    drop(settling);
     if let Some(log) = &log {
         if let Err(e) = runtime.block_on(log.flush()) {
             eprintln!("sluice: the provenance log could not be flushed: {e}");

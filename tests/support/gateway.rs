@@ -47,4 +47,3 @@ pub fn terminate(g: &Gateway) {
         .unwrap()
         .success());
 }
-

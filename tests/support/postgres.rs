@@ -146,8 +146,26 @@ impl Postgres {
     /// Runs SQL with `psql`: what it printed, or its error.
     pub fn try_sql(&self, sql: &str) -> Result<String, String> {
         let out = Command::new(self.bin.join("psql"))
-            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1"])
-            .args(["-p", &self.port.to_string(), "-U", "sluice", "-d", "postgres", "-c", sql])
+            .args([
+                "-X",
+                "-q",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-h",
+                "127.0.0.1",
+            ])
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "sluice",
+                "-d",
+                "postgres",
+                "-c",
+                sql,
+            ])
             .output()
             .expect("psql runs");
         if out.status.success() {

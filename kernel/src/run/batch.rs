@@ -149,19 +149,6 @@ impl fmt::Debug for BatchHandle {
     }
 }
 
-/// 32 random bits drawn once per process: batch ids stay unique in a log that several processes
-/// append to over time (lineage across processes tells batches apart by id), even when two start
-/// in the same millisecond.
-fn process_nonce() -> u32 {
-    use std::hash::{BuildHasher, Hasher};
-    static NONCE: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *NONCE.get_or_init(|| {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u32(std::process::id());
-        h.finish() as u32
-    })
-}
-
 impl BatchHandle {
     /// Opens a batch of `kernel` for `tenant`.
     pub(crate) fn open(
@@ -179,11 +166,7 @@ impl BatchHandle {
         let (tx, rx) = mpsc::unbounded_channel();
         let info = Arc::new(BatchInfo {
             kernel: kernel.clone(),
-            id: Arc::from(format!(
-                "b{:x}-{:08x}-{n}",
-                now.as_millis(),
-                process_nonce()
-            )),
+            id: Arc::from(format!("b{:x}-{:08x}-{n}", now.as_millis(), kernel.nonce)),
             tenant: Arc::from(tenant),
             started: Instant::now(),
             started_unix_ms: now.as_secs_f64() * 1000.0,

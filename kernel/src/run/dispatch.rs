@@ -392,7 +392,7 @@ fn settle_shared(job: &CallJob, admission: Option<SharedFuture<Result<Admitted, 
         return;
     };
     let tenant = job.batch.tenant.clone();
-    tokio::spawn(async move {
+    job.kernel().settling.spawn(async move {
         if let Ok(a) = admission.await {
             settle(&*d, &tenant, a.ticket, a.ready).await;
         }
@@ -409,7 +409,9 @@ fn settle_admitted(
         return;
     };
     let tenant = job.batch.tenant.clone();
-    tokio::spawn(async move { settle(&*d, &tenant, ticket, ready).await });
+    job.kernel()
+        .settling
+        .spawn(async move { settle(&*d, &tenant, ticket, ready).await });
 }
 
 async fn settle(

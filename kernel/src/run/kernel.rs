@@ -269,9 +269,11 @@ impl KernelBuilder {
                 first_use: DashMap::new(),
                 seq: AtomicU64::new(0),
                 batches: AtomicU64::new(0),
+                nonce: super::shared::kernel_nonce(),
                 #[cfg(feature = "mcp")]
                 mcp: resolved.mcp,
                 shared: self.shared,
+                settling: tokio_util::task::TaskTracker::new(),
             }),
         })
     }
@@ -364,6 +366,24 @@ impl Kernel {
             .filter(|t| !self.inner.domains.contains(t))
             .collect::<std::collections::HashSet<_>>();
         self.inner.domains.len() + asking.len()
+    }
+
+    /// How many calls that will not run (cancelled, skipped, refused) still hold their place in
+    /// the shared conflict domain: each releases there once its predecessors there are done, in
+    /// the background. 0 without a shared domain.
+    pub fn shared_settling(&self) -> usize {
+        self.inner.settling.len()
+    }
+
+    /// Waits until every call this kernel handed to the shared conflict domain has been
+    /// released there, so that closing the process's lease strands nobody's successors. Calls
+    /// submitted while it waits are waited for too. Returns at once without a shared domain.
+    pub async fn shared_settled(&self) {
+        // A closed tracker still tracks what is spawned on it; closing only lets `wait` end
+        // whenever it is empty, so it stays closed (any number may wait at once).
+        let tracker = &self.inner.settling;
+        tracker.close();
+        tracker.wait().await;
     }
 }
 

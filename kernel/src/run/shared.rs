@@ -38,10 +38,16 @@ pub(crate) struct KernelInner {
     pub(crate) seq: AtomicU64,
     /// Batches opened so far (for batch ids).
     pub(crate) batches: AtomicU64,
+    /// 32 random bits drawn once per kernel ([`kernel_nonce`]), in every batch id.
+    pub(crate) nonce: u32,
     #[cfg(feature = "mcp")]
     pub(crate) mcp: McpSessions,
     /// The conflict domain shared with other processes, when there is one.
     pub(crate) shared: Option<Arc<dyn SharedDomain>>,
+    /// Calls that will not run but still hold their place in the shared domain until their
+    /// predecessors there are done (then they release): [`crate::Kernel::shared_settled`] waits
+    /// for them.
+    pub(crate) settling: tokio_util::task::TaskTracker,
 }
 
 /// What every call of one batch knows of it, and the kernel it runs on (so that a call holds one
@@ -67,4 +73,15 @@ impl BatchInfo {
     pub(crate) fn unix_ms(&self, since_start: Duration) -> f64 {
         self.started_unix_ms + since_start.as_secs_f64() * 1000.0
     }
+}
+
+/// 32 random bits drawn for each kernel: batch ids stay unique in a log that several kernels —
+/// in several processes, or several in one process — append to over time (lineage across
+/// processes tells batches apart by id), even when two open a batch in the same millisecond.
+pub(crate) fn kernel_nonce() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    // Each RandomState has its own keys (random per process, then advanced per instance).
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish() as u32
 }

@@ -1088,6 +1088,7 @@ fn random_schedules_keep_every_invariant_across_processes_on_postgres() {
         .build()
         .expect("a runtime");
     for seed in seeds {
+        eprintln!("schedule {seed}");
         let outcome = rt.block_on(async {
             let world = World::new();
             let mut kernels = Vec::new();
@@ -1114,8 +1115,52 @@ fn random_schedules_keep_every_invariant_across_processes_on_postgres() {
                     tokio::spawn(drive(k, world.clone(), p))
                 })
                 .collect();
-            for d in drivers {
-                d.await.expect("a driver runs to its end");
+            // A batch that never ends is a finding, not a hang: after two minutes the schedule
+            // fails naming what the database still holds.
+            let all = futures::future::join_all(drivers);
+            match tokio::time::timeout(Duration::from_secs(120), all).await {
+                Ok(ended) => {
+                    for d in ended {
+                        d.expect("a driver runs to its end");
+                    }
+                }
+                Err(_) => {
+                    let open = pg.sql(
+                        "SELECT string_agg(call || ' (ticket ' || ticket || ', after ' || \
+                         waits_for::text || ')', ', ' ORDER BY ticket) FROM sluice_calls \
+                         WHERE state = 'admitted'",
+                    );
+                    let first = pg.sql(
+                        "SELECT call FROM sluice_calls WHERE state = 'admitted' \
+                         ORDER BY ticket LIMIT 1",
+                    );
+                    let id = first.trim();
+                    let what = {
+                        let seen = world.seen();
+                        let n: Option<usize> = id
+                            .strip_prefix('b')
+                            .and_then(|r| r.split('c').next())
+                            .and_then(|n| n.parse().ok());
+                        let plan = n.and_then(|n| plans.iter().find(|p| p.n == n));
+                        format!(
+                            "{id}: submitted {:?}, started {:?}, ended {:?}, recorded {:?} {:?}, \
+                             reported {:?}, its batch ends {:?}, cancelled at {:?}",
+                            seen.submitted.iter().find(|s| s.0 == id),
+                            seen.started.get(id),
+                            seen.ended.get(id),
+                            seen.outcomes.get(id),
+                            seen.errors.get(id),
+                            seen.results.get(id).map(|r| r.status),
+                            plan.map(|p| p.end),
+                            n.and_then(|n| seen.cancelled_at.get(&n)),
+                        )
+                    };
+                    return Err(format!(
+                        "some batch did not end within two minutes; admitted in the database: \
+                         {}; the first, {what}",
+                        open.trim()
+                    ));
+                }
             }
             // Settled: every kernel empty (detached and dropped batches end on their own).
             let deadline = std::time::Instant::now() + Duration::from_secs(60);

@@ -112,23 +112,79 @@ async fn two_domains_on_one_database_never_run_conflicting_calls_together() {
     assert_eq!(other.results[0].status, Status::Ok);
     d1.close().await;
     d2.close().await;
+    // A closed domain admits nothing: the call is refused, naming the database.
+    let after = k1
+        .run(
+            Batch::new(
+                "acme",
+                vec![Call::new("late", "t.write", json!({"key": "a"}))],
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(after.results[0].status, Status::Error);
+    let message = &after.results[0].error.as_ref().expect("why").message;
+    assert!(
+        message.contains("closed") && message.contains("127.0.0.1"),
+        "{message}"
+    );
+}
+
+/// Threads of one process submitting conflicting calls at once: each call enters the local
+/// domain and the database in one order, or two calls would each wait for the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn calls_submitted_from_many_threads_enter_both_domains_in_one_order() {
+    let pg = Postgres::start();
+    let spans: Spans = Arc::default();
+    let d = PgDomain::connect(&pg.url, Duration::from_secs(3))
+        .await
+        .unwrap();
+    let k = kernel(d.clone(), &spans);
+    let batches = (0..16).map(|b| {
+        let k = k.clone();
+        tokio::spawn(async move {
+            let calls = (0..6)
+                .map(|i| {
+                    let key = ["a", "b"][(b + i) % 2];
+                    Call::new(format!("b{b}c{i}"), "t.write", json!({"key": key}))
+                })
+                .collect();
+            k.run(Batch::new("acme", calls).unwrap()).await.unwrap()
+        })
+    });
+    let all = futures::future::join_all(batches);
+    let done = tokio::time::timeout(Duration::from_secs(120), all)
+        .await
+        .expect("every batch ends (no call waits for one that waits for it)");
+    for r in done {
+        for c in r.unwrap().results {
+            assert_eq!(c.status, Status::Ok, "{c:?}");
+        }
+    }
+    assert_eq!(overlaps(&spans.lock().unwrap()), Vec::<String>::new());
+    k.shared_settled().await;
+    d.close().await;
 }
 
 /// A manifest for the CLI: `rec.hold` writes `rec:{key}` and holds the recorder 30 ms;
-/// `rec.sweep` writes `rec:*`; `rec.wait` writes `rec:{key}` and holds it `ms`.
+/// `rec.sweep` writes `rec:*`; `rec.wait` writes `rec:{key}` and holds it `ms`; `rec.read`
+/// reads `rec:{key}`.
 fn recorder_tools(dir: &std::path::Path, server: &http_server::Server) {
-    let tool = |id: &str, resource: &str, path: &str| {
+    let access = |id: &str, kind: &str, resource: &str, path: &str| {
         json!({"id": id, "description": "recorded", "version": "1.0.0",
-            "input": {"type": "object"}, "output": {}, "mutating": true,
-            "effects": [{"kind": "writes", "resource": resource},
+            "input": {"type": "object"}, "output": {}, "mutating": kind != "reads",
+            "effects": [{"kind": kind, "resource": resource},
                         {"kind": "network", "resource": "net:127.0.0.1"}],
             "network": {"kind": "allowlist", "hosts": ["127.0.0.1"]},
             "spec": {"kind": "http", "method": "GET", "urlTemplate": server.url(path)}})
     };
+    let tool = |id: &str, resource: &str, path: &str| access(id, "writes", resource, path);
     let tools = json!([
         tool("rec.hold", "rec:{key}", "/hold/{key}"),
         tool("rec.sweep", "rec:*", "/hold/sweep"),
         tool("rec.wait", "rec:{key}", "/slow/{ms}"),
+        access("rec.read", "reads", "rec:{key}", "/hold/{key}"),
     ]);
     std::fs::write(dir.join("rec.json"), tools.to_string()).unwrap();
 }
@@ -297,6 +353,149 @@ async fn two_runs_and_a_gateway_share_the_conflict_domain_as_the_recorder_sees_i
             "process {p}'s calls are in the tenant's chain: {calls:?}"
         );
     }
+}
+
+/// Runs `sluice provenance ARGS…` on the database and returns (exit code, stdout, stderr).
+fn provenance(pg: &Postgres, args: &[&str]) -> (i32, String, String) {
+    let (command, rest) = args.split_first().unwrap();
+    let out = support::sluice(
+        &[&["provenance", command, pg.url.as_str()][..], rest].concat(),
+        None,
+        None,
+    );
+    (out.code, out.stdout, out.stderr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_provenance_links_processes_and_catches_a_changed_deleted_or_reordered_row() {
+    let pg = Postgres::start();
+    let server = http_server::start().await;
+    let dir = support::temp_dir("scale-provenance");
+    recorder_tools(&dir, &server);
+    let shared = ["--domain", pg.url.as_str(), "--provenance", pg.url.as_str()];
+    let run = |tenant: &str, calls: Value| {
+        results(sluice_run(
+            &dir,
+            &json!({"tenant": tenant, "calls": calls}),
+            &shared,
+        ))
+    };
+    // One process writes rec:x; another, later, reads it: the read's lineage is the write.
+    run(
+        "acme",
+        json!([{"id": "w", "tool": "rec.hold", "input": {"key": "x"}}]),
+    );
+    run(
+        "acme",
+        json!([{"id": "r", "tool": "rec.read", "input": {"key": "x"}}]),
+    );
+    let (code, out, err) = provenance(&pg, &["why", "--tenant", "acme", "--call", "r"]);
+    assert_eq!(code, 0, "{err}");
+    let why: Value = serde_json::from_str(&out).unwrap();
+    let edges = why[0]["edges"].to_string();
+    assert!(
+        out.contains("\"from\": \"w\""),
+        "the read in one process links to the write of another: {edges} in {out}"
+    );
+    let (code, out, err) = provenance(&pg, &["lineage", "--tenant", "acme", "--resource", "rec:x"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"w\"") && out.contains("\"r\""), "{out}");
+    // Another tenant's chain is its own: the question about `r` has no answer there.
+    let (code, _, _) = provenance(&pg, &["why", "--tenant", "globex", "--call", "r"]);
+    assert_ne!(code, 0);
+
+    // A signed checkpoint of the tenant's chain verifies while the chain is untouched.
+    let key = dir.join("ops.key");
+    let keygen = support::sluice(
+        &[
+            "provenance",
+            "keygen",
+            "--name",
+            "ops",
+            "--out",
+            key.to_str().unwrap(),
+        ],
+        None,
+        None,
+    );
+    assert_eq!(keygen.code, 0, "{}", keygen.stderr);
+    let (code, signed, err) = provenance(
+        &pg,
+        &[
+            "checkpoint",
+            "--tenant",
+            "acme",
+            "--key",
+            key.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let checkpoint = dir.join("acme.checkpoint");
+    std::fs::write(&checkpoint, &signed).unwrap();
+    let vkey = keygen.stdout.trim().to_owned();
+    let checked = [
+        "verify",
+        "--tenant",
+        "acme",
+        "--checkpoint",
+        checkpoint.to_str().unwrap(),
+        "--verifier",
+        vkey.as_str(),
+    ];
+    let (code, out, err) = provenance(&pg, &checked);
+    assert_eq!(code, 0, "{out}{err}");
+
+    // Three more tenants, three calls each: one row of each is tampered with below.
+    for t in ["changed", "deleted", "reordered"] {
+        run(
+            t,
+            json!([{"id": "a", "tool": "rec.hold", "input": {"key": "a"}},
+                   {"id": "b", "tool": "rec.hold", "input": {"key": "b"}},
+                   {"id": "c", "tool": "rec.hold", "input": {"key": "c"}}]),
+        );
+    }
+    let (code, out, err) = provenance(&pg, &["verify"]);
+    assert_eq!(code, 0, "{out}{err}");
+    // The table refuses a change, a deletion and a truncation from anyone who keeps its triggers.
+    for sql in [
+        "UPDATE sluice_provenance SET line = line WHERE tenant = 'changed'",
+        "DELETE FROM sluice_provenance WHERE tenant = 'deleted'",
+        "TRUNCATE sluice_provenance",
+    ] {
+        let refused = pg.try_sql(sql).expect_err(sql);
+        assert!(refused.contains("append-only"), "{sql}: {refused}");
+    }
+    // Someone who bypasses them (a superuser in replica mode) is caught by verify.
+    let bypass = "SET session_replication_role = replica;";
+    pg.sql(&format!(
+        "{bypass} UPDATE sluice_provenance SET line = replace(line, '\"a\"', '\"z\"') \
+         WHERE tenant = 'changed' AND position('\"a\"' in line) > 0"
+    ));
+    pg.sql(&format!(
+        "{bypass} DELETE FROM sluice_provenance WHERE tenant = 'deleted' AND seq = 2"
+    ));
+    pg.sql(&format!(
+        "{bypass} UPDATE sluice_provenance SET seq = 1000 WHERE tenant = 'reordered' AND seq = 2;
+         UPDATE sluice_provenance SET seq = 2 WHERE tenant = 'reordered' AND seq = 3;
+         UPDATE sluice_provenance SET seq = 3 WHERE tenant = 'reordered' AND seq = 1000"
+    ));
+    for t in ["changed", "deleted", "reordered"] {
+        let (code, out, err) = provenance(&pg, &["verify", "--tenant", t]);
+        assert_eq!(code, 1, "{t}: {out}{err}");
+        assert!(
+            out.contains(&format!("`{t}`")) && out.contains("record "),
+            "{t}: the report names the tenant's chain: {out}{err}"
+        );
+    }
+    // The whole database does not verify, and says which chains broke; acme's still does,
+    // against its checkpoint too.
+    let (code, out, err) = provenance(&pg, &["verify"]);
+    assert_eq!(code, 1, "{out}{err}");
+    for t in ["changed", "deleted", "reordered"] {
+        assert!(format!("{out}{err}").contains(t), "{t}: {out}{err}");
+    }
+    let (code, out, err) = provenance(&pg, &checked);
+    assert_eq!(code, 0, "{out}{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -53,7 +53,7 @@ pub async fn migrate_url(url: &str) -> Result<(i32, i32), PgError> {
     let (mut client, conn) = connect_one(url, &shown).await?;
     let done = migrate(&mut client).await.map_err(|e| PgError::Database {
         url: shown,
-        why: e.to_string(),
+        why: why(&e),
     });
     conn.task.abort();
     done
@@ -76,6 +76,28 @@ pub enum PgError {
     /// The URL is not a PostgreSQL URL.
     #[error("`{0}` is not a postgres:// URL")]
     NotAUrl(String),
+}
+
+/// A driver error as a sentence. The driver's own text of a server error is only "db error":
+/// this gives the server's message and SQLSTATE (and its detail), and for other errors the
+/// chain of causes.
+pub(crate) fn why(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let mut text = format!("{} (SQLSTATE {})", db.message(), db.code().code());
+        if let Some(detail) = db.detail() {
+            text.push_str(": ");
+            text.push_str(detail);
+        }
+        return text;
+    }
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// A URL without its password, for messages.
@@ -112,6 +134,9 @@ struct Inner {
     waiters: Mutex<HashMap<u64, Waiter>>,
     /// Why the domain can no longer be trusted (its lease lapsed, a connection was lost).
     broken: Mutex<Option<String>>,
+    /// Set by [`PgDomain::close`]: the listener and the lease task end (and their
+    /// connections with them).
+    closed: tokio::sync::watch::Sender<bool>,
 }
 
 impl Inner {
@@ -216,7 +241,7 @@ async fn connect_one(url: &str, shown: &str) -> Result<(Client, ConnectionTask),
             .await
             .map_err(|e| PgError::Database {
                 url: shown.to_owned(),
-                why: e.to_string(),
+                why: why(&e),
             })?;
     let (tx, rx) = mpsc::unbounded_channel();
     let task = tokio::spawn(async move {
@@ -228,7 +253,7 @@ async fn connect_one(url: &str, shown: &str) -> Result<(Client, ConnectionTask),
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    let _ = tx.send(Err(e.to_string()));
+                    let _ = tx.send(Err(why(&e)));
                     return;
                 }
             }
@@ -256,7 +281,7 @@ impl PgDomain {
         let shown = redact_url(url);
         let db = |e: tokio_postgres::Error| PgError::Database {
             url: shown.clone(),
-            why: e.to_string(),
+            why: why(&e),
         };
         let (mut admitting, admit_conn) = connect_one(url, &shown).await?;
         migrate(&mut admitting).await.map_err(db)?;
@@ -286,15 +311,22 @@ impl PgDomain {
             client,
             waiters: Mutex::new(HashMap::new()),
             broken: Mutex::new(None),
+            closed: tokio::sync::watch::Sender::new(false),
         });
         let (admit, rx) = mpsc::unbounded_channel();
         tokio::spawn(admissions(inner.clone(), admitting, rx, admit_conn));
         // The listener: every release, of every process, wakes the local waiters.
         {
             let inner = inner.clone();
+            let mut closed = inner.closed.subscribe();
             tokio::spawn(async move {
                 let _keep = listener;
-                while let Some(event) = listen_conn.events.recv().await {
+                loop {
+                    let event = tokio::select! {
+                        e = listen_conn.events.recv() => e,
+                        _ = closed.wait_for(|c| *c) => None,
+                    };
+                    let Some(event) = event else { break };
                     match event {
                         Ok(payload) => {
                             let mut parts = payload.splitn(3, ' ');
@@ -326,7 +358,15 @@ impl PgDomain {
     /// Ends this process's lease (its calls have all been released): other processes stop
     /// waiting on it at once rather than at its lease's end. A call it left unreleased is
     /// marked `lost` by the next heartbeat of any process.
+    ///
+    /// After it, the domain admits nothing (a call is refused naming the closed domain), and
+    /// its listening and heartbeat connections end; the last, for admissions, ends when the
+    /// domain is dropped.
     pub async fn close(&self) {
+        {
+            let mut broken = self.inner.broken.lock().unwrap_or_else(|p| p.into_inner());
+            broken.get_or_insert_with(|| "the shared conflict domain was closed".to_owned());
+        }
         let _ = self
             .inner
             .client
@@ -335,6 +375,12 @@ impl PgDomain {
                 &[&self.inner.owner],
             )
             .await;
+        self.inner.closed.send_replace(true);
+        for (_, mut w) in self.inner.lock_waiters().drain() {
+            if let Some(tx) = w.tx.take() {
+                let _ = tx.send(Err("the shared conflict domain was closed".to_owned()));
+            }
+        }
     }
 }
 
@@ -404,7 +450,7 @@ async fn admissions(
                 }
             }
             Err(e) => {
-                let why = e.to_string();
+                let why = why(&e);
                 for p in group {
                     let _ = p.reply.send(Err(why.clone()));
                 }
@@ -422,34 +468,38 @@ async fn admit_group(
     requests: &[&AdmitRequest],
 ) -> Result<Vec<(u64, Vec<u64>)>, tokio_postgres::Error> {
     let tx = client.transaction().await?;
-    let mut open: HashMap<&str, Vec<(u64, Vec<Access>)>> = HashMap::new();
+    // The tenants' locks in one order (sorted) in every process: two groups naming the same
+    // two tenants in opposite orders would otherwise deadlock. One statement takes them all
+    // (`unnest` keeps the array's order), one more reads their unfinished calls.
+    let mut tenants: Vec<&str> = requests.iter().map(|r| &*r.tenant).collect();
+    tenants.sort_unstable();
+    tenants.dedup();
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended(t, 7262)) FROM unnest($1::text[]) t",
+        &[&tenants],
+    )
+    .await?;
+    let rows = tx
+        .query(
+            "SELECT tenant, ticket, accesses FROM sluice_calls \
+             WHERE tenant = ANY($1) AND state = 'admitted' ORDER BY ticket",
+            &[&tenants],
+        )
+        .await?;
+    let mut open: HashMap<&str, Vec<(u64, Vec<Access>)>> =
+        tenants.iter().map(|t| (*t, Vec::new())).collect();
+    for row in &rows {
+        let tenant: &str = row.get(0);
+        let t: i64 = row.get(1);
+        let a: Value = row.get(2);
+        if let Some(calls) = open.get_mut(tenant) {
+            calls.push((t as u64, accesses_of(&a)));
+        }
+    }
     let mut out = Vec::with_capacity(requests.len());
     for r in requests {
         let tenant: &str = &r.tenant;
-        if !open.contains_key(tenant) {
-            tx.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended($1, 7262))",
-                &[&tenant],
-            )
-            .await?;
-            let rows = tx
-                .query(
-                    "SELECT ticket, accesses FROM sluice_calls \
-                     WHERE tenant = $1 AND state = 'admitted' ORDER BY ticket",
-                    &[&tenant],
-                )
-                .await?;
-            let calls = rows
-                .iter()
-                .map(|row| {
-                    let t: i64 = row.get(0);
-                    let a: Value = row.get(1);
-                    (t as u64, accesses_of(&a))
-                })
-                .collect();
-            open.insert(tenant, calls);
-        }
-        let calls = open.get_mut(tenant).expect("loaded above");
+        let calls = open.get_mut(tenant).expect("every tenant of the group");
         let waits_for: Vec<u64> = calls
             .iter()
             .filter(|(_, earlier)| first_conflict(earlier, &r.accesses).is_some())
@@ -502,7 +552,7 @@ async fn register(
         },
     );
     if let Err(e) = inner.check(preds).await {
-        tracing::warn!(error = %e, "could not check a call's predecessors; the heartbeat will");
+        tracing::warn!(error = %why(&e), "could not check a call's predecessors; the heartbeat will");
     }
     let url = inner.url.clone();
     Box::pin(async move {
@@ -516,8 +566,15 @@ async fn register(
 /// within a third of a lease).
 async fn leases(inner: Arc<Inner>, mut conn: ConnectionTask) {
     let mut tick = tokio::time::interval(inner.lease / 3);
+    let mut closed = inner.closed.subscribe();
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = closed.wait_for(|c| *c) => {
+                conn.task.abort();
+                return;
+            }
+        }
         if let Ok(Err(why)) = conn.events.try_recv() {
             inner.break_with(format!("the connection for releases failed: {why}"));
             return;
@@ -542,7 +599,7 @@ async fn leases(inner: Arc<Inner>, mut conn: ConnectionTask) {
             }
             Ok(_) => {}
             Err(e) => {
-                tracing::warn!(error = %e, "a heartbeat failed");
+                tracing::warn!(error = %why(&e), "a heartbeat failed");
                 continue;
             }
         }
@@ -568,11 +625,11 @@ async fn leases(inner: Arc<Inner>, mut conn: ConnectionTask) {
                 );
             }
             Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "looking for lost processes failed"),
+            Err(e) => tracing::warn!(error = %why(&e), "looking for lost processes failed"),
         }
         let waited = inner.waited_for();
         if let Err(e) = inner.check(waited).await {
-            tracing::warn!(error = %e, "re-checking the waiting calls failed");
+            tracing::warn!(error = %why(&e), "re-checking the waiting calls failed");
         }
     }
 }
@@ -615,7 +672,7 @@ impl SharedDomain for PgDomain {
                 )
                 .await
                 .map(|_| ())
-                .map_err(|e| format!("{}: {e}", inner.url))
+                .map_err(|e| format!("{}: {}", inner.url, why(&e)))
         })
     }
 

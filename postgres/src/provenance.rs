@@ -111,7 +111,7 @@ impl PgProvenance {
         let shown = redact_url(url);
         let db = |e: tokio_postgres::Error| PgError::Database {
             url: shown.clone(),
-            why: e.to_string(),
+            why: crate::why(&e),
         };
         let (mut client, conn) = connect_one(url, &shown).await?;
         migrate(&mut client).await.map_err(db)?;
@@ -298,7 +298,7 @@ impl Writer {
     /// appended, then this process's lines. Returns each group's last `seq`.
     async fn commit(&mut self, groups: &[Vec<Record>]) -> Result<Vec<u64>, String> {
         let url = self.url.clone();
-        let db = |e: tokio_postgres::Error| format!("the database {url}: {e}");
+        let db = |e: tokio_postgres::Error| format!("the database {url}: {}", crate::why(&e));
         let mut by_tenant: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         for (i, g) in groups.iter().enumerate() {
             if let Some(t) = tenant_of(g) {
@@ -417,7 +417,7 @@ impl PgChain {
                     &[],
                 )
                 .await
-                .map_err(|e| format!("the database {}: {e}", redact_url(url)));
+                .map_err(|e| format!("the database {}: {}", redact_url(url), crate::why(&e)));
             conn.task.abort();
             Ok(rows?.iter().map(|r| r.get::<_, String>(0)).collect())
         })
@@ -470,7 +470,9 @@ impl LogSource for PgChain {
             let (client, conn) = connect_one(&self.url, &shown)
                 .await
                 .map_err(|e| e.to_string())?;
-            let db = |e: tokio_postgres::Error| Stop::Db(format!("the database {shown}: {e}"));
+            let db = |e: tokio_postgres::Error| {
+                Stop::Db(format!("the database {shown}: {}", crate::why(&e)))
+            };
             let read = async {
                 let rows = client
                     .query_raw(

@@ -510,6 +510,8 @@ fn verify(
 fn verify_tenants(url: &str, format: TextOrJson) -> anyhow::Result<ExitCode> {
     let tenants = PgChain::tenants(url).map_err(failed)?;
     let mut chains = Vec::new();
+    // Every tenant's chain is read, so a report names each broken one, not only the first.
+    let mut broken = Vec::new();
     for tenant in &tenants {
         let source = PgChain::new(url, tenant);
         match source.scan(&mut |_, _| {}) {
@@ -517,18 +519,28 @@ fn verify_tenants(url: &str, format: TextOrJson) -> anyhow::Result<ExitCode> {
             Err(e) if e.is_io() => return Err(super::unreadable(&e)),
             Err(ProvenanceError::Damaged { line, why, .. }) => {
                 let message = format!("record {line}: the record {why}");
-                match format {
-                    TextOrJson::Json => outln!(
-                        "{}",
-                        json!({"valid": false, "tenant": tenant, "line": line,
-                               "message": message})
-                    ),
-                    TextOrJson::Text => outln!("{}: {message}", source.name().display()),
-                }
-                return Ok(ExitCode::from(1));
+                broken.push((tenant, line, message, source.name().display().to_string()));
             }
             Err(e) => return Err(failed(e)),
         }
+    }
+    if let Some((tenant, line, message, _)) = broken.first() {
+        match format {
+            // The first broken chain's report has a file's shape; `broken` lists them all.
+            TextOrJson::Json => outln!(
+                "{}",
+                json!({"valid": false, "tenant": tenant, "line": line, "message": message,
+                       "broken": broken.iter().map(|(t, l, m, _)| {
+                           json!({"tenant": t, "line": l, "message": m})
+                       }).collect::<Vec<_>>()})
+            ),
+            TextOrJson::Text => {
+                for (_, _, message, name) in &broken {
+                    outln!("{name}: {message}");
+                }
+            }
+        }
+        return Ok(ExitCode::from(1));
     }
     let records: u64 = chains.iter().map(|(_, v)| v.records).sum();
     match format {

@@ -2,9 +2,14 @@
 //! `sluice-postgres` crate). The in-memory domain (`domain.rs`) still orders a process's own calls;
 //! a shared domain orders them against every other process's calls of the tenant too.
 //!
-//! Why two domains cannot deadlock: a process hands its calls to [`SharedDomain::admit`] in its
-//! submission order, so the shared domain admits them in that order; every wait, local or
-//! shared, is then for a call submitted (and admitted) earlier, and no cycle can form.
+//! Why two domains cannot deadlock: a process hands its calls to [`SharedDomain::admit`] while it
+//! holds the tenant's local lock, in the order they enter its local domain, so the shared domain
+//! admits them in that order; every wait, local or shared, is then for a call that entered both
+//! earlier, and no cycle can form.
+//!
+//! A call admitted there is released there exactly once, after its predecessors there: when it
+//! ends, or, if it will not run (cancelled, its batch dropped), by a settling task once they
+//! have ended ([`crate::Kernel::shared_settled`] waits for those).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -51,9 +56,11 @@ impl std::fmt::Debug for Admitted {
 
 /// A conflict domain shared by processes.
 pub trait SharedDomain: Send + Sync + 'static {
-    /// Admits a call: called synchronously, in the process's submission order (admissions must
-    /// keep that order); the future answers once the call is admitted, or with why it cannot be
-    /// (the database is unreachable: the call does not run).
+    /// Admits a call: called synchronously, in the order the process's calls entered the
+    /// tenant's local domain (admissions must keep that order: a call enqueues its admission
+    /// before this returns), while the kernel holds that tenant's local lock — so it must not
+    /// block; the future answers once the call is admitted, or with why it cannot be (the
+    /// database is unreachable: the call does not run).
     fn admit(&self, request: AdmitRequest) -> SharedFuture<Result<Admitted, String>>;
 
     /// The call ended (ran or not; `failed` for `skip-dependents`): its successors may go.

@@ -118,7 +118,25 @@ pub(crate) fn submit(
         tool: job.prepared.tool.clone(),
         mark: observer.and_then(|o| quietly("mark", || o.mark(&job.prepared.call))),
     });
-    let inserted = domain.lock().insert(owner, &job.prepared.accesses);
+    // A shared domain admits the process's calls in the order they entered the tenant's local
+    // domain: the admission is enqueued under the same lock as the insertion, or two threads
+    // submitting conflicting calls could enter them in one order here and the other there,
+    // and each would wait for the other.
+    let (inserted, admission) = {
+        let mut local = domain.lock();
+        let inserted = local.insert(owner, &job.prepared.accesses);
+        let admission = match (&inserted, &job.kernel().shared) {
+            (Ok(_), Some(d)) => Some(d.admit(AdmitRequest {
+                tenant: job.batch.tenant.clone(),
+                batch: job.batch.id.clone(),
+                call: job.prepared.call.id.clone(),
+                tool: job.prepared.call.tool.clone(),
+                accesses: job.prepared.accesses.clone(),
+            })),
+            _ => None,
+        };
+        (inserted, admission)
+    };
     let inserted = match inserted {
         Ok(inserted) => inserted,
         Err(IndexPanicked) => {
@@ -138,16 +156,6 @@ pub(crate) fn submit(
     } else {
         Vec::new()
     };
-    // A shared domain admits the process's calls in submission order: enqueue now.
-    let admission = job.kernel().shared.as_ref().map(|d| {
-        d.admit(AdmitRequest {
-            tenant: job.batch.tenant.clone(),
-            batch: job.batch.id.clone(),
-            call: job.prepared.call.id.clone(),
-            tool: job.prepared.call.tool.clone(),
-            accesses: job.prepared.accesses.clone(),
-        })
-    });
     let rest =
         run_ordered(Box::new(job), domain, inserted, edges, admission).instrument(span.clone());
     Dispatched {
@@ -313,7 +321,11 @@ async fn run_ordered(
                 match waited {
                     Some(Ok(failed)) => shared_failed = failed,
                     Some(Err(why)) => refused = Some(why),
-                    None => settle_admitted(&job, a.ticket, shared_ready),
+                    None => {
+                        // The settling task releases it, after its predecessors there.
+                        job.fencing = None;
+                        settle_admitted(&job, a.ticket, shared_ready);
+                    }
                 }
             }
         }
@@ -322,10 +334,15 @@ async fn run_ordered(
     // whatever they ended with.
     if cancel.is_cancelled() {
         let id = job.prepared.call.id.clone();
+        // Admitted and past its predecessors there: its place in the shared domain is released
+        // like any ended call's (it counts as failed), once its records are in.
+        let shared_release = release_shared(&job, true);
         let recording = record::begin(*job, Outcome::cancelled_before_start(), edges);
         release(&domain, inserted.position, Some(&id));
         drop((ask, domain));
-        return Box::pin(recording.finish()).await;
+        let result = Box::pin(recording.finish()).await;
+        released_shared(shared_release).await;
+        return result;
     }
     let upstream = Upstream {
         failed: upstream.failed.or(shared_failed),
@@ -365,23 +382,34 @@ async fn run_ordered(
     let failed = outcome
         .counts_as_failure()
         .then(|| job.prepared.call.id.clone());
-    let shared_release = match (job.fencing, &job.kernel().shared) {
-        (Some(ticket), Some(d)) => Some(d.release(&job.batch.tenant, ticket, failed.is_some())),
-        _ => None,
-    };
+    let shared_release = release_shared(&job, failed.is_some());
     let recording = record::begin(*job, outcome, edges);
     release(&domain, inserted.position, failed.as_deref());
     drop(domain);
     // The other processes' successors go once the sink has answered for this call's records:
     // a shared log then holds the writer before any reader elsewhere (causal order, lineage).
     let result = Box::pin(recording.finish()).await;
-    if let Some(r) = shared_release {
+    released_shared(shared_release).await;
+    result
+}
+
+/// The release of an admitted call's place in the shared domain (not yet sent: a future is
+/// lazy), when it was admitted there.
+fn release_shared(job: &CallJob, failed: bool) -> Option<SharedFuture<Result<(), String>>> {
+    match (job.fencing, &job.kernel().shared) {
+        (Some(ticket), Some(d)) => Some(d.release(&job.batch.tenant, ticket, failed)),
+        _ => None,
+    }
+}
+
+/// Sends a [`release_shared`] release and waits for the domain to take it.
+async fn released_shared(release: Option<SharedFuture<Result<(), String>>>) {
+    if let Some(r) = release {
         if let Err(why) = r.await {
             // Its successors elsewhere go when its process's lease runs out.
             tracing::error!(error = %why, "the shared conflict domain did not take a release");
         }
     }
-    result
 }
 
 /// A call that will not run, handed to the shared domain: it keeps its place there until its

@@ -462,6 +462,10 @@ impl LogSource for PgChain {
         ))
     }
 
+    fn unit(&self) -> &'static str {
+        "record"
+    }
+
     fn scan(&self, visit: &mut dyn FnMut(&[u8], Record)) -> Result<Scanned, ProvenanceError> {
         let name = self.name();
         let shown = redact_url(&self.url);

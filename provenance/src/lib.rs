@@ -85,6 +85,12 @@ pub trait LogSource {
     /// How messages name the log (a path, or a database and tenant).
     fn name(&self) -> PathBuf;
 
+    /// What one entry of the log is called in messages: `line` for a file (the default), `record`
+    /// for a table whose rows are the entries.
+    fn unit(&self) -> &'static str {
+        "line"
+    }
+
     /// Reads the log once, in order, checking the chain, and hands each line's bytes and record
     /// to `visit`: the chain's state after the last line, or the first bad line
     /// ([`ProvenanceError::Damaged`]).

@@ -451,7 +451,10 @@ fn verify(
                 ""
             };
             return fail(
-                format!("line {line}: the line {why}{repair}"),
+                format!(
+                    "{unit} {line}: the {unit} {why}{repair}",
+                    unit = source.unit()
+                ),
                 json!({"line": line, "torn_tail": torn_tail}),
             );
         }

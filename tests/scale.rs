@@ -570,4 +570,65 @@ fn without_its_database_a_process_admits_nothing() {
     );
     let migrate = support::sluice(&["db", "migrate", url], None, None);
     assert_eq!(migrate.code, 2);
+    // Nor does it run calls whose records it could not keep, and it says where.
+    let logged = support::sluice(
+        &[
+            "run",
+            "--batch",
+            batch.to_str().unwrap(),
+            "--provenance",
+            url,
+        ],
+        None,
+        None,
+    );
+    assert_eq!(logged.code, 2, "{}", logged.stdout);
+    assert!(
+        logged.stderr.contains("--provenance")
+            && logged
+                .stderr
+                .contains("postgres://sluice@127.0.0.1:1/nowhere")
+            && !logged.stderr.contains("pw"),
+        "{}",
+        logged.stderr
+    );
+    assert!(logged.stdout.is_empty(), "nothing ran: {}", logged.stdout);
+    // Checkpoints every N records are written beside a log file; a database chain is signed
+    // with `provenance checkpoint`, which the refusal names.
+    let every = support::sluice(
+        &[
+            "run",
+            "--batch",
+            batch.to_str().unwrap(),
+            "--provenance",
+            url,
+            "--checkpoint-every",
+            "5",
+            "--key",
+            dir.join("absent.key").to_str().unwrap(),
+        ],
+        None,
+        None,
+    );
+    assert_eq!(every.code, 2, "{}", every.stdout);
+    assert!(
+        every.stderr.contains("--checkpoint-every")
+            && every
+                .stderr
+                .contains("sluice provenance checkpoint postgres://"),
+        "{}",
+        every.stderr
+    );
+    // Reading an unreachable database's chain is a failure to read (2), not a broken chain (1).
+    let verify = support::sluice(
+        &["provenance", "verify", url, "--tenant", "acme"],
+        None,
+        None,
+    );
+    assert_eq!(verify.code, 2, "{}{}", verify.stdout, verify.stderr);
+    assert!(
+        verify.stderr.contains("127.0.0.1:1") && !verify.stderr.contains("pw"),
+        "{}",
+        verify.stderr
+    );
 }

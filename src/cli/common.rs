@@ -306,7 +306,9 @@ impl LogArgs {
             if self.checkpoint_every.is_some() {
                 return Err(Failure {
                     code: 2,
-                    message: "--checkpoint-every: signed checkpoints are written beside a log                               file; for a PostgreSQL chain, sign one with `sluice provenance                               checkpoint postgres://… --tenant T --key KEYFILE`"
+                    message: "--checkpoint-every: signed checkpoints are written beside a log file; for a \
+                              PostgreSQL chain, sign one with `sluice provenance checkpoint \
+                              postgres://… --tenant T --key KEYFILE`"
                         .into(),
                 }
                 .into());

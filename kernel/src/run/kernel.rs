@@ -375,9 +375,12 @@ impl Kernel {
         self.inner.settling.len()
     }
 
-    /// Waits until every call this kernel handed to the shared conflict domain has been
-    /// released there, so that closing the process's lease strands nobody's successors. Calls
-    /// submitted while it waits are waited for too. Returns at once without a shared domain.
+    /// Waits until every call of this kernel that will not run (cancelled, skipped, refused)
+    /// has been released in the shared conflict domain, so that closing the process's lease
+    /// strands nobody's successors. A call that runs releases its place before its batch
+    /// yields its result, so once the batches are done and this returns, nothing of this
+    /// kernel is left there. Settlings that begin while it waits are waited for too. Returns at
+    /// once without a shared domain.
     pub async fn shared_settled(&self) {
         // A closed tracker still tracks what is spawned on it; closing only lets `wait` end
         // whenever it is empty, so it stays closed (any number may wait at once).

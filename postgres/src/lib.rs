@@ -41,7 +41,8 @@ use sluice_kernel::model::EffectKind;
 use sluice_kernel::order::first_conflict;
 use sluice_kernel::order::shared::{AdmitRequest, Admitted, SharedDomain, SharedFuture};
 use tokio::sync::{mpsc, oneshot};
-use tokio_postgres::{AsyncMessage, Client, NoTls};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{AsyncMessage, Client, NoTls, Statement};
 
 pub use provenance::{is_postgres_url, PgChain, PgProvenance};
 pub use schema::{migrate, MIGRATIONS};
@@ -131,6 +132,10 @@ struct Inner {
     owner: String,
     lease: Duration,
     client: Client,
+    /// `client`'s hot statements, prepared once (a statement given as text costs a round trip
+    /// to prepare every time).
+    release: Statement,
+    check: Statement,
     waiters: Mutex<HashMap<u64, Waiter>>,
     /// Why the domain can no longer be trusted (its lease lapsed, a connection was lost).
     broken: Mutex<Option<String>>,
@@ -191,14 +196,7 @@ impl Inner {
         if tickets.is_empty() {
             return Ok(());
         }
-        let rows = self
-            .client
-            .query(
-                "SELECT ticket, state, call FROM sluice_calls \
-                 WHERE ticket = ANY($1) AND state <> 'admitted'",
-                &[&tickets],
-            )
-            .await?;
+        let rows = self.client.query(&self.check, &[&tickets]).await?;
         for row in rows {
             let ticket: i64 = row.get(0);
             let state: &str = row.get(1);
@@ -304,17 +302,41 @@ impl PgDomain {
             )
             .await
             .map_err(db)?;
+        let release = client
+            .prepare(
+                "WITH ended AS (UPDATE sluice_calls SET state = $2, ended_at = now() \
+                   WHERE ticket = $1 AND state = 'admitted' RETURNING ticket, call) \
+                 SELECT pg_notify($3, ticket || ' ' || $4 || ' ' || call) FROM ended",
+            )
+            .await
+            .map_err(db)?;
+        let check = client
+            .prepare(
+                "SELECT ticket, state, call FROM sluice_calls \
+                 WHERE ticket = ANY($1) AND state <> 'admitted'",
+            )
+            .await
+            .map_err(db)?;
+        let statements = AdmitStatements::prepare(&admitting).await.map_err(db)?;
         let inner = Arc::new(Inner {
             url: shown,
             owner,
             lease,
             client,
+            release,
+            check,
             waiters: Mutex::new(HashMap::new()),
             broken: Mutex::new(None),
             closed: tokio::sync::watch::Sender::new(false),
         });
         let (admit, rx) = mpsc::unbounded_channel();
-        tokio::spawn(admissions(inner.clone(), admitting, rx, admit_conn));
+        tokio::spawn(admissions(
+            inner.clone(),
+            admitting,
+            statements,
+            rx,
+            admit_conn,
+        ));
         // The listener: every release, of every process, wakes the local waiters.
         {
             let inner = inner.clone();
@@ -420,6 +442,7 @@ fn accesses_of(v: &Value) -> Vec<Access> {
 async fn admissions(
     inner: Arc<Inner>,
     mut client: Client,
+    statements: AdmitStatements,
     mut rx: mpsc::UnboundedReceiver<Pending>,
     mut conn: ConnectionTask,
 ) {
@@ -442,7 +465,7 @@ async fn admissions(
             continue;
         }
         let requests: Vec<&AdmitRequest> = group.iter().map(|p| &p.request).collect();
-        match admit_group(&inner, &mut client, &requests).await {
+        match admit_group(&inner, &mut client, &statements, &requests).await {
             Ok(admitted) => {
                 for (p, (ticket, waits_for)) in group.into_iter().zip(admitted) {
                     let ready = register(&inner, ticket, waits_for).await;
@@ -460,32 +483,65 @@ async fn admissions(
     conn.task.abort();
 }
 
-/// One transaction: per tenant, the advisory lock and the unfinished calls once; per call, its
+/// The admitting connection's statements, prepared once.
+struct AdmitStatements {
+    lock: Statement,
+    open: Statement,
+    insert: Statement,
+}
+
+impl AdmitStatements {
+    async fn prepare(client: &Client) -> Result<Self, tokio_postgres::Error> {
+        Ok(Self {
+            // The tenants' locks in one order (sorted by the caller) in every process: two
+            // groups naming the same two tenants in opposite orders would otherwise deadlock.
+            // One statement takes them all (`unnest` keeps the array's order).
+            lock: client
+                .prepare(
+                    "SELECT pg_advisory_xact_lock(hashtextextended(t, 7262)) \
+                     FROM unnest($1::text[]) t",
+                )
+                .await?,
+            open: client
+                .prepare(
+                    "SELECT tenant, ticket, accesses FROM sluice_calls \
+                     WHERE tenant = ANY($1) AND state = 'admitted' ORDER BY ticket",
+                )
+                .await?,
+            insert: client
+                .prepare(
+                    "INSERT INTO sluice_calls \
+                     (ticket, tenant, batch, call, tool, owner, accesses, waits_for, state) \
+                     VALUES (nextval('sluice_admission'), $1, $2, $3, $4, $5, $6, $7, \
+                     'admitted') RETURNING ticket",
+                )
+                .await?,
+        })
+    }
+}
+
+/// One transaction: the tenants' advisory locks and their unfinished calls once; per call, its
 /// ticket, its conflicting predecessors, its row.
 async fn admit_group(
     inner: &Inner,
     client: &mut Client,
+    statements: &AdmitStatements,
     requests: &[&AdmitRequest],
 ) -> Result<Vec<(u64, Vec<u64>)>, tokio_postgres::Error> {
     let tx = client.transaction().await?;
-    // The tenants' locks in one order (sorted) in every process: two groups naming the same
-    // two tenants in opposite orders would otherwise deadlock. One statement takes them all
-    // (`unnest` keeps the array's order), one more reads their unfinished calls.
     let mut tenants: Vec<&str> = requests.iter().map(|r| &*r.tenant).collect();
     tenants.sort_unstable();
     tenants.dedup();
-    tx.execute(
-        "SELECT pg_advisory_xact_lock(hashtextextended(t, 7262)) FROM unnest($1::text[]) t",
-        &[&tenants],
-    )
-    .await?;
-    let rows = tx
-        .query(
-            "SELECT tenant, ticket, accesses FROM sluice_calls \
-             WHERE tenant = ANY($1) AND state = 'admitted' ORDER BY ticket",
-            &[&tenants],
-        )
-        .await?;
+    // The lock and the read go out together, one round trip: the server runs them in order,
+    // so the read (a snapshot of its own, read committed) starts once the locks are held and
+    // sees every admission committed before.
+    let args: [&(dyn ToSql + Sync); 1] = [&tenants];
+    let (locked, rows) = futures::join!(
+        tx.execute(&statements.lock, &args),
+        tx.query(&statements.open, &args),
+    );
+    locked?;
+    let rows = rows?;
     let mut open: HashMap<&str, Vec<(u64, Vec<Access>)>> =
         tenants.iter().map(|t| (*t, Vec::new())).collect();
     for row in &rows {
@@ -508,10 +564,7 @@ async fn admit_group(
         let preds: Vec<i64> = waits_for.iter().map(|t| *t as i64).collect();
         let row = tx
             .query_one(
-                "INSERT INTO sluice_calls \
-                 (ticket, tenant, batch, call, tool, owner, accesses, waits_for, state) \
-                 VALUES (nextval('sluice_admission'), $1, $2, $3, $4, $5, $6, $7, 'admitted') \
-                 RETURNING ticket",
+                &statements.insert,
                 &[
                     &tenant,
                     &&*r.batch,
@@ -660,9 +713,7 @@ impl SharedDomain for PgDomain {
             inner
                 .client
                 .query(
-                    "WITH ended AS (UPDATE sluice_calls SET state = $2, ended_at = now() \
-                       WHERE ticket = $1 AND state = 'admitted' RETURNING ticket, call) \
-                     SELECT pg_notify($3, ticket || ' ' || $4 || ' ' || call) FROM ended",
+                    &inner.release,
                     &[
                         &(ticket as i64),
                         &state,

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use sluice::kernel::order::shared::{AdmitRequest, Admitted, SharedDomain, SharedFuture};
-use sluice::kernel::run::Kernel;
+use sluice::kernel::run::{BatchHandle, Kernel};
 use sluice::kernel::transport::{handler, ToolContext};
 use sluice::kernel::{Call, Status};
 
@@ -98,6 +98,31 @@ fn kernel(domain: &Scripted, tokens: &Arc<Mutex<Vec<Option<u64>>>>) -> Kernel {
         .unwrap()
 }
 
+/// A kernel on a scripted domain, and a batch with one write `a` that the domain has admitted
+/// (ticket 1) and holds back.
+struct Admitting {
+    domain: Scripted,
+    tokens: Arc<Mutex<Vec<Option<u64>>>>,
+    kernel: Kernel,
+    batch: BatchHandle,
+}
+
+async fn one_write_admitted() -> Admitting {
+    let (domain, tokens) = (Scripted::default(), Arc::default());
+    let kernel = kernel(&domain, &tokens);
+    let mut batch = kernel.open("acme").unwrap();
+    batch
+        .submit(Call::new("a", "t.write", json!({"key": "k"})))
+        .unwrap();
+    until_admitted(&domain, 1).await;
+    Admitting {
+        domain,
+        tokens,
+        kernel,
+        batch,
+    }
+}
+
 /// Lets every task run until the scripted domain has admitted `n` calls.
 async fn until_admitted(domain: &Scripted, n: usize) {
     while domain.script().admitted.len() < n {
@@ -108,13 +133,12 @@ async fn until_admitted(domain: &Scripted, n: usize) {
 
 #[tokio::test(start_paused = true)]
 async fn a_call_that_runs_is_released_once_after_its_handler_and_saw_its_ticket() {
-    let (domain, tokens) = (Scripted::default(), Arc::default());
-    let k = kernel(&domain, &tokens);
-    let mut batch = k.open("acme").unwrap();
-    batch
-        .submit(Call::new("a", "t.write", json!({"key": "k"})))
-        .unwrap();
-    until_admitted(&domain, 1).await;
+    let Admitting {
+        domain,
+        tokens,
+        kernel: _k,
+        batch,
+    } = one_write_admitted().await;
     assert!(tokens.lock().unwrap().is_empty(), "it waits for the domain");
     assert!(domain.script().released.is_empty());
     domain.fire(1);
@@ -128,13 +152,12 @@ async fn a_call_that_runs_is_released_once_after_its_handler_and_saw_its_ticket(
 /// cancelled in the same instant. The call does not run, and its place is still released.
 #[tokio::test(start_paused = true)]
 async fn a_call_cancelled_as_its_shared_predecessors_end_is_still_released_there() {
-    let (domain, tokens) = (Scripted::default(), Arc::default());
-    let k = kernel(&domain, &tokens);
-    let mut batch = k.open("acme").unwrap();
-    batch
-        .submit(Call::new("a", "t.write", json!({"key": "k"})))
-        .unwrap();
-    until_admitted(&domain, 1).await;
+    let Admitting {
+        domain,
+        tokens,
+        kernel: k,
+        batch,
+    } = one_write_admitted().await;
     domain.fire(1);
     batch.cancel();
     let result = batch.finish().await;
@@ -146,13 +169,12 @@ async fn a_call_cancelled_as_its_shared_predecessors_end_is_still_released_there
 
 #[tokio::test(start_paused = true)]
 async fn a_call_cancelled_while_it_waits_there_releases_after_its_predecessors_once() {
-    let (domain, tokens) = (Scripted::default(), Arc::default());
-    let k = kernel(&domain, &tokens);
-    let mut batch = k.open("acme").unwrap();
-    batch
-        .submit(Call::new("a", "t.write", json!({"key": "k"})))
-        .unwrap();
-    until_admitted(&domain, 1).await;
+    let Admitting {
+        domain,
+        tokens,
+        kernel: k,
+        batch,
+    } = one_write_admitted().await;
     batch.cancel();
     let result = batch.finish().await;
     assert_eq!(result.results[0].status, Status::Cancelled);

@@ -133,56 +133,48 @@ async fn until_admitted(domain: &Scripted, n: usize) {
 
 #[tokio::test(start_paused = true)]
 async fn a_call_that_runs_is_released_once_after_its_handler_and_saw_its_ticket() {
-    let Admitting {
-        domain,
-        tokens,
-        kernel: _k,
-        batch,
-    } = one_write_admitted().await;
-    assert!(tokens.lock().unwrap().is_empty(), "it waits for the domain");
-    assert!(domain.script().released.is_empty());
-    domain.fire(1);
-    let result = batch.finish().await;
+    let s = one_write_admitted().await;
+    assert!(
+        s.tokens.lock().unwrap().is_empty(),
+        "it waits for the domain"
+    );
+    assert!(s.domain.script().released.is_empty());
+    s.domain.fire(1);
+    let result = s.batch.finish().await;
     assert_eq!(result.results[0].status, Status::Ok);
-    assert_eq!(*tokens.lock().unwrap(), vec![Some(1)]);
-    assert_eq!(domain.script().released, vec![(1, false)]);
+    assert_eq!(*s.tokens.lock().unwrap(), vec![Some(1)]);
+    assert_eq!(s.domain.script().released, vec![(1, false)]);
 }
 
 /// The race a biased `select!` decides one way: the predecessors elsewhere end and the batch is
 /// cancelled in the same instant. The call does not run, and its place is still released.
 #[tokio::test(start_paused = true)]
 async fn a_call_cancelled_as_its_shared_predecessors_end_is_still_released_there() {
-    let Admitting {
-        domain,
-        tokens,
-        kernel: k,
-        batch,
-    } = one_write_admitted().await;
-    domain.fire(1);
-    batch.cancel();
-    let result = batch.finish().await;
+    let s = one_write_admitted().await;
+    s.domain.fire(1);
+    s.batch.cancel();
+    let result = s.batch.finish().await;
     assert_eq!(result.results[0].status, Status::Cancelled);
-    k.shared_settled().await;
-    assert!(tokens.lock().unwrap().is_empty(), "it never ran");
-    assert_eq!(domain.script().released, vec![(1, true)]);
+    s.kernel.shared_settled().await;
+    assert!(s.tokens.lock().unwrap().is_empty(), "it never ran");
+    assert_eq!(s.domain.script().released, vec![(1, true)]);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_call_cancelled_while_it_waits_there_releases_after_its_predecessors_once() {
-    let Admitting {
-        domain,
-        tokens,
-        kernel: k,
-        batch,
-    } = one_write_admitted().await;
-    batch.cancel();
-    let result = batch.finish().await;
+    let s = one_write_admitted().await;
+    s.batch.cancel();
+    let result = s.batch.finish().await;
     assert_eq!(result.results[0].status, Status::Cancelled);
     tokio::time::sleep(Duration::from_secs(60)).await;
-    assert_eq!(k.shared_settling(), 1, "it holds its place until they end");
-    assert!(domain.script().released.is_empty());
-    domain.fire(1);
-    k.shared_settled().await;
-    assert!(tokens.lock().unwrap().is_empty(), "it never ran");
-    assert_eq!(domain.script().released, vec![(1, true)]);
+    assert_eq!(
+        s.kernel.shared_settling(),
+        1,
+        "it holds its place until they end"
+    );
+    assert!(s.domain.script().released.is_empty());
+    s.domain.fire(1);
+    s.kernel.shared_settled().await;
+    assert!(s.tokens.lock().unwrap().is_empty(), "it never ran");
+    assert_eq!(s.domain.script().released, vec![(1, true)]);
 }

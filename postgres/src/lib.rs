@@ -483,6 +483,10 @@ async fn admissions(
     conn.task.abort();
 }
 
+/// The advisory lock key space of a tenant's admissions (keyed by the tenant's name hashed
+/// with it); provenance appends use their own ([`provenance`]'s `LOCK_SEED`).
+pub(crate) const ADMIT_LOCK_SEED: i64 = 7262;
+
 /// The admitting connection's statements, prepared once.
 struct AdmitStatements {
     lock: Statement,
@@ -498,7 +502,7 @@ impl AdmitStatements {
             // One statement takes them all (`unnest` keeps the array's order).
             lock: client
                 .prepare(
-                    "SELECT pg_advisory_xact_lock(hashtextextended(t, 7262)) \
+                    "SELECT pg_advisory_xact_lock(hashtextextended(t, $2)) \
                      FROM unnest($1::text[]) t",
                 )
                 .await?,
@@ -535,10 +539,11 @@ async fn admit_group(
     // The lock and the read go out together, one round trip: the server runs them in order,
     // so the read (a snapshot of its own, read committed) starts once the locks are held and
     // sees every admission committed before.
-    let args: [&(dyn ToSql + Sync); 1] = [&tenants];
+    let (lock_args, open_args): ([&(dyn ToSql + Sync); 2], [&(dyn ToSql + Sync); 1]) =
+        ([&tenants, &ADMIT_LOCK_SEED], [&tenants]);
     let (locked, rows) = futures::join!(
-        tx.execute(&statements.lock, &args),
-        tx.query(&statements.open, &args),
+        tx.execute(&statements.lock, &lock_args),
+        tx.query(&statements.open, &open_args),
     );
     locked?;
     let rows = rows?;

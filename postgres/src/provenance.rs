@@ -34,7 +34,8 @@ use tokio_postgres::{Client, Statement};
 
 use crate::{connect_one, migrate, redact_url, ConnectionTask, PgError};
 
-/// The advisory lock key space of provenance appends (the domain's admissions use 7262).
+/// The advisory lock key space of a tenant's provenance appends (admissions use
+/// [`crate::ADMIT_LOCK_SEED`]).
 const LOCK_SEED: i64 = 7263;
 
 /// Most groups in one commit.

@@ -521,7 +521,7 @@ fn verify_tenants(url: &str, format: TextOrJson) -> anyhow::Result<ExitCode> {
             Ok(v) => chains.push((tenant, v)),
             Err(e) if e.is_io() => return Err(super::unreadable(&e)),
             Err(ProvenanceError::Damaged { line, why, .. }) => {
-                let message = format!("record {line}: the record {why}");
+                let message = format!("{unit} {line}: the {unit} {why}", unit = source.unit());
                 broken.push((tenant, line, message, source.name().display().to_string()));
             }
             Err(e) => return Err(failed(e)),

@@ -17,6 +17,11 @@
 //! - **nothing left**: when the traffic is over, the tenant's load is (0, 0) and the kernel holds
 //!   no state for any tenant.
 //!
+//! Two tenants share the traffic. Their calls of per-tenant tools never wait for each other; the
+//! calls of the two shared tools (`h.sput`, `h.sget`: [`TenantScope::Shared`], one resource for
+//! every tenant) are ordered across tenants too, exactly as a tenant's own calls are, and no edge
+//! record ever joins two tenants.
+//!
 //! `SLUICE_SCHEDULES` (or `PROPTEST_CASES`) sets how many schedules run (default 1,000);
 //! `SLUICE_SEED=<seed>` replays one. A failing schedule panics with its seed and the command that
 //! replays it. docs/testing.md explains the harness.
@@ -40,7 +45,7 @@ use sluice_kernel::order::first_conflict;
 use sluice_kernel::order::shared::SharedDomain;
 use sluice_kernel::provenance::Record;
 use sluice_kernel::run::{BatchOptions, Kernel, OnFailure};
-use sluice_kernel::transport::{handler, ToolContext, ToolError, ToolRegistry};
+use sluice_kernel::transport::{handler, TenantScope, ToolContext, ToolError, ToolRegistry};
 use sluice_kernel::{Batch, Call, CallResult, Status};
 use tokio::time::Instant;
 
@@ -196,7 +201,24 @@ const TOOLS: &[(&str, &str, bool)] = &[
         r#"[{"kind": "writes", "resource": "p:{key}"}]"#,
         true,
     ),
+    (
+        "h.sput",
+        r#"[{"kind": "writes", "resource": "r:{key}"}]"#,
+        true,
+    ),
+    (
+        "h.sget",
+        r#"[{"kind": "reads", "resource": "r:{key}"}]"#,
+        false,
+    ),
 ];
+
+/// The harness tools whose resources every tenant shares.
+const SHARED: &[&str] = &["h.sput", "h.sget"];
+
+fn is_shared(tool: &str) -> bool {
+    SHARED.contains(&tool)
+}
 
 /// One handler for every harness tool; it reaches its schedule's [`World`] through the need
 /// slot `world`, so that the tools (and their compiled schemas) are built once per process.
@@ -282,8 +304,12 @@ fn tools() -> ToolRegistry {
             let mut registry = ToolRegistry::new();
             for (id, effects, mutating) in TOOLS {
                 let effects: Value = serde_json::from_str(effects).expect("harness effects parse");
+                let mut tool = support::tool(id, effects, *mutating, behaviour());
+                if is_shared(id) {
+                    tool = tool.with_scope(TenantScope::Shared);
+                }
                 registry
-                    .insert(support::tool(id, effects, *mutating, behaviour()))
+                    .insert(tool)
                     .expect("harness tool ids are distinct");
             }
             registry
@@ -461,6 +487,8 @@ fn schedule(seed: u64) -> Vec<PlannedBatch> {
                             (3, "h.deny"),
                             (2, "h.boom"),
                             (4, "h.norm"),
+                            (8, "h.sput"),
+                            (8, "h.sget"),
                         ],
                     );
                     let key = keys[rng.random_range(0..keys.len())];
@@ -515,7 +543,7 @@ fn schedule(seed: u64) -> Vec<PlannedBatch> {
             );
             PlannedBatch {
                 n,
-                tenant: if rng.random_bool(0.9) { "t" } else { "u" },
+                tenant: if rng.random_bool(0.7) { "t" } else { "u" },
                 start_ms: 2 * rng.random_range(0..75u64),
                 skip_dependents: rng.random_bool(0.2),
                 end,
@@ -715,7 +743,14 @@ fn check_on(
         let (_, call) = by_id[*id];
         let mut ready = *submitted;
         for (i, (other, ob, _, oacc)) in domain[..j].iter().enumerate() {
-            if plans[*ob].tenant != plan.tenant || first_conflict(oacc, acc).is_none() {
+            // Ordered: a tenant's own conflicting calls; and two calls of shared tools, of any
+            // tenants, in one process (a process's commons; the shared domain across processes
+            // is per tenant).
+            let related = plans[*ob].tenant == plan.tenant
+                || (is_shared(call.tool)
+                    && is_shared(by_id[*other].1.tool)
+                    && process(*ob) == process(*b));
+            if !related || first_conflict(oacc, acc).is_none() {
                 continue;
             }
             ready = ready.max(release_at[i]);
@@ -843,6 +878,12 @@ fn leftover(kernel: &Kernel) -> Option<String> {
                 kernel.tenant_load(tenant)
             ));
         }
+    }
+    if kernel.shared_load() != (0, 0) {
+        return Some(format!(
+            "the calls of shared tools still hold {:?} after the traffic",
+            kernel.shared_load()
+        ));
     }
     if kernel.shared_settling() != 0 {
         return Some(format!(

@@ -140,6 +140,14 @@ pub(crate) fn describe(w: &Waiting<'_>) -> String {
             if w.unnamed == 1 { "" } else { "s" }
         ));
     }
+    // Calls of other tenants may be among them: counted, never named.
+    if w.shared > 0 {
+        parts.push(format!(
+            "{} call{} on resources shared between tenants",
+            w.shared,
+            if w.shared == 1 { "" } else { "s" }
+        ));
+    }
     let mut text = String::from("waiting");
     if !parts.is_empty() {
         let _ = write!(text, " for {}", parts.join(", "));

@@ -129,6 +129,87 @@ impl std::future::Future for Ready {
     }
 }
 
+/// Resolves when a call's predecessors are done in its tenant's domain and, for a tool shared
+/// between tenants, in the commons too; with what the tenant's domain left (a commons
+/// predecessor is another tenant's business: its failure skips nothing here).
+#[derive(Debug)]
+pub(crate) struct Readiness {
+    tenant: Ready,
+    commons: Option<Ready>,
+}
+
+impl Readiness {
+    /// Both signals, awaited together.
+    pub(crate) fn new(tenant: Ready, commons: Option<Ready>) -> Self {
+        Readiness { tenant, commons }
+    }
+}
+
+impl std::future::Future for Readiness {
+    type Output = Upstream;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Upstream> {
+        if let Some(c) = &mut self.commons {
+            match std::pin::Pin::new(c).poll(cx) {
+                std::task::Poll::Ready(_) => self.commons = None,
+                std::task::Poll::Pending => return std::task::Poll::Pending,
+            }
+        }
+        std::pin::Pin::new(&mut self.tenant).poll(cx)
+    }
+}
+
+/// The one domain that every tenant's calls of a tool shared between tenants also enter
+/// (`TenantScope::Shared`): two tenants' conflicting calls of one shared resource are ordered
+/// here, in the order they entered it, and never overlap.
+///
+/// A call enters it while its tenant's domain is locked (lock order: tenant, then commons), so
+/// the commons admits a tenant's calls in the order they entered the tenant's domain; every wait,
+/// in either domain, is then for a call that entered both earlier, and no cycle can form. Its
+/// calls have no owner: a call waiting here learns how many calls it waits for, never whose.
+/// Nothing asks for a commons call's edges, so a call is forgotten as soon as it releases.
+#[derive(Debug, Default)]
+pub(crate) struct Commons {
+    domain: Mutex<TenantDomain>,
+}
+
+/// A call's place in the commons.
+#[derive(Debug)]
+pub(crate) struct CommonsPlace {
+    pub(crate) position: usize,
+    pub(crate) ready: Ready,
+    /// How many unreleased calls (of any tenant) it waits for there.
+    pub(crate) waits_for: usize,
+}
+
+impl Commons {
+    /// Enters a call's accesses (see [`TenantDomain::insert`] for a panic inside the index).
+    pub(crate) fn insert(&self, accesses: &[Access]) -> Result<CommonsPlace, IndexPanicked> {
+        let mut d = lock(&self.domain);
+        let inserted = d.insert(None, accesses)?;
+        d.batch_ended(&[inserted.position]);
+        Ok(CommonsPlace {
+            position: inserted.position,
+            ready: inserted.ready,
+            waits_for: inserted.unnamed,
+        })
+    }
+
+    /// A call releases its successors there (after its predecessors there: the caller keeps
+    /// **release after predecessors**).
+    pub(crate) fn release(&self, position: usize) {
+        lock(&self.domain).finish(position, None);
+    }
+
+    /// (calls not released, positions remembered); both 0 when no shared call is alive.
+    pub(crate) fn load(&self) -> (usize, usize) {
+        let d = lock(&self.domain);
+        (d.live(), d.remembered())
+    }
+}
+
 /// How many forgettable positions may pile up beyond the live calls before a sweep: the sweep
 /// costs O(index), so it runs once per this many finished calls (amortized O(1) per call).
 const SWEEP_SLACK: usize = 64;

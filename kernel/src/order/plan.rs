@@ -70,8 +70,21 @@ pub struct PreparedCall {
 }
 
 impl PreparedCall {
-    /// Resolves, validates and computes the accesses of one call.
+    /// Resolves, validates and computes the accesses of one call, for no tenant in particular
+    /// (see [`PreparedCall::for_tenant`]).
     pub fn new(registry: &ToolRegistry, normalizers: &Normalizers, call: Call) -> Self {
+        Self::for_tenant(registry, normalizers, "", call)
+    }
+
+    /// Resolves, validates and computes the accesses of one call of `tenant` (a tool whose
+    /// resources are the tenant's own, such as the fs tools with a root per tenant, names them
+    /// from the tenant).
+    pub fn for_tenant(
+        registry: &ToolRegistry,
+        normalizers: &Normalizers,
+        tenant: &str,
+        call: Call,
+    ) -> Self {
         if let Some(why) = call.defect.clone() {
             return PreparedCall {
                 tool: registry.get(&call.tool).cloned(),
@@ -98,7 +111,7 @@ impl PreparedCall {
         // submitter, and every call already accepted, carry on.
         let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             tool.check_input(&call.input)
-                .map(|()| tool.accesses(&call.input, normalizers))
+                .map(|()| tool.accesses_for(tenant, &call.input, normalizers))
         }));
         let (accesses, rejection) = match checked {
             Ok(Ok(accesses)) => (accesses, None),
@@ -157,7 +170,7 @@ impl Plan {
             .calls
             .into_iter()
             .map(|c| {
-                let p = PreparedCall::new(registry, normalizers, c);
+                let p = PreparedCall::for_tenant(registry, normalizers, &batch.tenant, c);
                 graph.add_call(&p.accesses);
                 p
             })

@@ -233,7 +233,12 @@ impl BatchHandle {
         };
         let kernel = &self.shared.info.kernel;
         let seq = kernel.seq.fetch_add(1, Ordering::Relaxed);
-        let prepared = PreparedCall::new(&kernel.tools, &kernel.normalizers, call);
+        let prepared = PreparedCall::for_tenant(
+            &kernel.tools,
+            &kernel.normalizers,
+            &self.shared.info.tenant,
+            call,
+        );
         let dispatched = dispatch::submit(self.shared.info.clone(), seq, priority, prepared);
         if let Some(position) = dispatched.position {
             self.shared.note_position(position);

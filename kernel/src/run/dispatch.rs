@@ -32,10 +32,14 @@ use super::shared::BatchInfo;
 use crate::authorize::{AuthRequest, Authorization, DecidedBy, Decision};
 use crate::error::{panic_message, ErrorCode};
 use crate::model::Status;
-use crate::order::domain::{DomainRef, IndexPanicked, Inserted, Owner, Upstream};
+use crate::order::domain::{
+    Commons, CommonsPlace, DomainRef, IndexPanicked, Inserted, Owner, Readiness, TenantDomain,
+    Upstream,
+};
 use crate::order::shared::{AdmitRequest, Admitted, SharedDomain, SharedFuture};
 use crate::order::PreparedCall;
 use crate::provenance::EdgeRecord;
+use crate::transport::TenantScope;
 
 /// A call past its synchronous stages.
 pub(crate) struct Dispatched {
@@ -121,34 +125,27 @@ pub(crate) fn submit(
     // A shared domain admits the process's calls in the order they entered the tenant's local
     // domain: the admission is enqueued under the same lock as the insertion, or two threads
     // submitting conflicting calls could enter them in one order here and the other there,
-    // and each would wait for the other.
-    let (inserted, admission) = {
+    // and each would wait for the other. The commons is entered under that lock too, for the
+    // same reason.
+    let entered = {
         let mut local = domain.lock();
-        let inserted = local.insert(owner, &job.prepared.accesses);
-        let admission = match (&inserted, &job.kernel().shared) {
-            (Ok(_), Some(d)) => Some(d.admit(AdmitRequest {
-                tenant: job.batch.tenant.clone(),
-                batch: job.batch.id.clone(),
-                call: job.prepared.call.id.clone(),
-                tool: job.prepared.call.tool.clone(),
-                accesses: job.prepared.accesses.clone(),
-            })),
-            _ => None,
-        };
-        (inserted, admission)
+        enter(&job, &mut local, owner)
     };
-    let inserted = match inserted {
-        Ok(inserted) => inserted,
-        Err(IndexPanicked) => {
+    let Entered {
+        inserted,
+        commons,
+        admission,
+    } = match entered {
+        Ok(e) => e,
+        Err(why) => {
             drop(domain);
-            let why = "the conflict index failed on its accesses (a defect of Sluice); the call \
-                       does not run, and the tenant's later calls wait for every call running now";
             return refuse_internal(job, why, &span);
         }
     };
     let position = Some(inserted.position);
     if let Some(observer) = &job.batch.observer {
-        tell_waiting(&**observer, &job, &inserted);
+        let shared = commons.as_ref().map_or(0, |c| c.waits_for);
+        tell_waiting(&**observer, &job, &inserted, shared);
     }
     // Owners kept for an observer alone give no records.
     let edges = if job.kernel().sink.enabled() {
@@ -156,8 +153,15 @@ pub(crate) fn submit(
     } else {
         Vec::new()
     };
-    let rest =
-        run_ordered(Box::new(job), domain, inserted, edges, admission).instrument(span.clone());
+    let place = Place {
+        domain,
+        position: inserted.position,
+        commons: commons
+            .as_ref()
+            .map(|c| (job.kernel().commons.clone(), c.position)),
+    };
+    let ready = Readiness::new(inserted.ready, commons.map(|c| c.ready));
+    let rest = run_ordered(Box::new(job), place, ready, edges, admission).instrument(span.clone());
     Dispatched {
         position,
         rest: Box::pin(rest),
@@ -204,13 +208,17 @@ fn authorize(job: &CallJob) -> Authorization {
 }
 
 /// Tells the batch's observer what a call just inserted waits for, if anything.
-fn tell_waiting(observer: &dyn CallObserver, job: &CallJob, inserted: &Inserted) {
+fn tell_waiting(observer: &dyn CallObserver, job: &CallJob, inserted: &Inserted, shared: usize) {
     let approval = job
         .authorization
         .as_ref()
         .filter(|a| a.decision == Decision::Ask);
     let pending = inserted.edges.iter().filter(|e| e.pending);
-    if inserted.unnamed == 0 && approval.is_none() && pending.clone().next().is_none() {
+    if inserted.unnamed == 0
+        && shared == 0
+        && approval.is_none()
+        && pending.clone().next().is_none()
+    {
         return;
     }
     let mut calls: Vec<(usize, WaitedCall)> = pending
@@ -232,6 +240,7 @@ fn tell_waiting(observer: &dyn CallObserver, job: &CallJob, inserted: &Inserted)
     let waiting = Waiting {
         calls: &calls,
         unnamed: inserted.unnamed,
+        shared,
         approval,
     };
     quietly("waiting", || {
@@ -261,8 +270,8 @@ fn edge_records(job: &CallJob, inserted: &Inserted) -> Vec<EdgeRecord> {
 /// handed to the shared domain for admission).
 async fn run_ordered(
     mut job: Box<CallJob>,
-    domain: DomainRef,
-    inserted: Inserted,
+    place: Place,
+    mut ready: Readiness,
     edges: Vec<EdgeRecord>,
     admission: Option<SharedFuture<Result<Admitted, String>>>,
 ) -> CallResult {
@@ -271,12 +280,10 @@ async fn run_ordered(
     let ask = approval::start(&job);
     // 4. wait for the predecessors (a cancelled call still waits before it releases anyone:
     //    release after predecessors).
-    let mut ready = inserted.ready;
     let upstream = tokio::select! {
         biased;
         u = &mut ready => u,
         _ = cancel.cancelled() => {
-            let position = inserted.position;
             drop(ask);
             settle_shared(&job, admission);
             if job.kernel().sink.enabled() {
@@ -285,7 +292,7 @@ async fn run_ordered(
                 let _ = (&mut ready).await;
                 let id = job.prepared.call.id.clone();
                 let recording = record::begin(*job, Outcome::cancelled_before_start(), edges);
-                release(&domain, position, Some(&id));
+                place.release(Some(&id));
                 return Box::pin(recording.finish()).await;
             }
             let id = job.prepared.call.id.clone();
@@ -293,7 +300,7 @@ async fn run_ordered(
             // keeps this call's place until then: forget only the settled).
             tokio::spawn(async move {
                 let _ = (&mut ready).await;
-                release(&domain, position, Some(&id));
+                place.release(Some(&id));
             });
             return Box::pin(finish(*job, Outcome::cancelled_before_start(), edges)).await;
         }
@@ -338,8 +345,8 @@ async fn run_ordered(
         // like any ended call's (it counts as failed), once its records are in.
         let shared_release = release_shared(&job, true);
         let recording = record::begin(*job, Outcome::cancelled_before_start(), edges);
-        release(&domain, inserted.position, Some(&id));
-        drop((ask, domain));
+        place.release(Some(&id));
+        drop((ask, place));
         let result = Box::pin(recording.finish()).await;
         released_shared(shared_release).await;
         return result;
@@ -384,8 +391,8 @@ async fn run_ordered(
         .then(|| job.prepared.call.id.clone());
     let shared_release = release_shared(&job, failed.is_some());
     let recording = record::begin(*job, outcome, edges);
-    release(&domain, inserted.position, failed.as_deref());
-    drop(domain);
+    place.release(failed.as_deref());
+    drop(place);
     // The other processes' successors go once the sink has answered for this call's records:
     // a shared log then holds the writer before any reader elsewhere (causal order, lineage).
     let result = Box::pin(recording.finish()).await;
@@ -452,6 +459,89 @@ async fn settle(
     let _ = d.release(tenant, ticket, true).await;
 }
 
-fn release(domain: &DomainRef, position: usize, failed: Option<&str>) {
-    domain.lock().finish(position, failed);
+/// What [`enter`] gives a call that entered its domains.
+struct Entered {
+    inserted: Inserted,
+    commons: Option<CommonsPlace>,
+    admission: Option<SharedFuture<Result<Admitted, String>>>,
+}
+
+/// Stage 3 under the tenant's lock (`local`): a call of a tool shared between tenants enters
+/// the commons, then every call its tenant's domain, then it is handed to the shared domain for
+/// admission. A panic inside a conflict index refuses the call; a commons place already taken
+/// is released in the background once its predecessors there are done (release after
+/// predecessors).
+fn enter(
+    job: &CallJob,
+    local: &mut TenantDomain,
+    owner: Option<Owner>,
+) -> Result<Entered, &'static str> {
+    let kernel = job.kernel();
+    let shared_tool = !job.prepared.accesses.is_empty()
+        && job
+            .prepared
+            .tool
+            .as_ref()
+            .is_some_and(|t| t.scope() == TenantScope::Shared);
+    let commons = if shared_tool {
+        match kernel.commons.insert(&job.prepared.accesses) {
+            Ok(c) => Some(c),
+            Err(IndexPanicked) => return Err(COMMONS_PANICKED),
+        }
+    } else {
+        None
+    };
+    let inserted = match local.insert(owner, &job.prepared.accesses) {
+        Ok(i) => i,
+        Err(IndexPanicked) => {
+            if let Some(c) = commons {
+                let commons = kernel.commons.clone();
+                tokio::spawn(async move {
+                    let _ = c.ready.await;
+                    commons.release(c.position);
+                });
+            }
+            return Err(TENANT_PANICKED);
+        }
+    };
+    let admission = kernel.shared.as_ref().map(|d| {
+        d.admit(AdmitRequest {
+            tenant: job.batch.tenant.clone(),
+            batch: job.batch.id.clone(),
+            call: job.prepared.call.id.clone(),
+            tool: job.prepared.call.tool.clone(),
+            accesses: job.prepared.accesses.clone(),
+        })
+    });
+    Ok(Entered {
+        inserted,
+        commons,
+        admission,
+    })
+}
+
+const TENANT_PANICKED: &str =
+    "the conflict index failed on its accesses (a defect of Sluice); the \
+                               call does not run, and the tenant's later calls wait for every \
+                               call running now";
+const COMMONS_PANICKED: &str = "the conflict index of the resources shared between tenants failed \
+                                on its accesses (a defect of Sluice); the call does not run, and \
+                                later calls of shared tools wait for every such call running now";
+
+/// Where an ordered call holds its place: its tenant's domain and, for a tool shared between
+/// tenants, the commons.
+struct Place {
+    domain: DomainRef,
+    position: usize,
+    commons: Option<(Arc<Commons>, usize)>,
+}
+
+impl Place {
+    /// Releases the call's successors in both (called once its predecessors in both are done).
+    fn release(&self, failed: Option<&str>) {
+        self.domain.lock().finish(self.position, failed);
+        if let Some((commons, position)) = &self.commons {
+            commons.release(*position);
+        }
+    }
 }

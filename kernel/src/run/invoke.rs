@@ -118,7 +118,8 @@ async fn run_handler(
 }
 
 /// How a handler's answer ends the call: its output checked against the output schema, its
-/// error passed on (a handler that gave up waiting reports `timeout`), its panic caught.
+/// error passed on (a handler that gave up waiting reports `timeout`, one that saw its
+/// cancellation `cancelled`), its panic caught.
 fn judge(tool: &Tool, joined: std::thread::Result<Result<Value, ToolError>>) -> Outcome {
     match joined {
         Ok(Ok(output)) => match tool.check_output(&output) {
@@ -136,6 +137,9 @@ fn judge(tool: &Tool, joined: std::thread::Result<Result<Value, ToolError>>) -> 
         },
         // A handler that gave up waiting (an HTTP tool's own timeoutMs) reports `timeout`.
         Ok(Err(e)) if e.code == ErrorCode::Timeout => Outcome::tool_error(Status::Timeout, e),
+        // A handler that saw its cancellation first (it answers at once) ends `cancelled`, as
+        // one whose future was dropped does.
+        Ok(Err(e)) if e.code == ErrorCode::Cancelled => Outcome::tool_error(Status::Cancelled, e),
         Ok(Err(e)) => Outcome::tool_error(Status::Error, e),
         Err(payload) => Outcome::fail(
             Status::Error,

@@ -266,6 +266,7 @@ impl KernelBuilder {
                 provisions: Arc::new(self.provisions),
                 ready,
                 domains: Arc::default(),
+                commons: Arc::default(),
                 first_use: DashMap::new(),
                 seq: AtomicU64::new(0),
                 batches: AtomicU64::new(0),
@@ -354,6 +355,15 @@ impl Kernel {
         self.inner.domains.load(tenant)
     }
 
+    /// For the calls of tools shared between tenants ([`TenantScope::Shared`]): (calls not
+    /// finished, calls the domain common to every tenant still remembers). Both return to 0 when
+    /// no such call is alive.
+    ///
+    /// [`TenantScope::Shared`]: crate::transport::TenantScope::Shared
+    pub fn shared_load(&self) -> (usize, usize) {
+        self.inner.commons.load()
+    }
+
     /// How many tenants the kernel holds state for: a conflict domain (a call not finished, or a
     /// batch not ended) or a first-use approval being asked. An idle tenant costs nothing: this
     /// returns to 0 when every tenant is idle.
@@ -401,10 +411,9 @@ mod tests {
     #[tokio::test]
     async fn a_panic_under_the_domain_lock_fails_the_call_and_leaves_the_tenant_usable() {
         let kv = crate::builtin::KvStore::new();
-        let tools = crate::builtin::registry(crate::builtin::BuiltinConfig {
-            root: std::env::temp_dir(),
-            kv: kv.clone(),
-        })
+        let tools = crate::builtin::registry(
+            crate::builtin::BuiltinConfig::new(std::env::temp_dir()).with_kv(kv.clone()),
+        )
         .unwrap();
         let kernel = Kernel::builder().tools(tools).build().unwrap();
         let put =

@@ -56,6 +56,9 @@ pub struct Waiting<'a> {
     pub calls: &'a [WaitedCall],
     /// How many more unfinished calls it waits for without their names.
     pub unnamed: usize,
+    /// How many unfinished calls it waits for on resources shared between tenants (tools of
+    /// [`TenantScope::Shared`](crate::transport::TenantScope)): of any tenant, so never named.
+    pub shared: usize,
     /// The ask it waits for, when its authorization asks a person (the rule is in `by`).
     pub approval: Option<&'a Authorization>,
 }
@@ -63,7 +66,7 @@ pub struct Waiting<'a> {
 impl Waiting<'_> {
     /// Whether the call waits for anything.
     pub fn is_waiting(&self) -> bool {
-        !self.calls.is_empty() || self.unnamed > 0 || self.approval.is_some()
+        !self.calls.is_empty() || self.unnamed > 0 || self.shared > 0 || self.approval.is_some()
     }
 }
 

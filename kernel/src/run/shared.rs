@@ -13,7 +13,7 @@ use super::observe::CallObserver;
 use super::options::{KernelOptions, OnFailure};
 use crate::access::Normalizers;
 use crate::authorize::{ApprovalOutcome, Approver, Authorizer};
-use crate::order::domain::Domains;
+use crate::order::domain::{Commons, Domains};
 use crate::order::ready::ReadyQueue;
 use crate::order::shared::SharedDomain;
 use crate::provenance::ProvenanceSink;
@@ -32,6 +32,8 @@ pub(crate) struct KernelInner {
     pub(crate) provisions: Arc<Provisions>,
     pub(crate) ready: Arc<ReadyQueue>,
     pub(crate) domains: Arc<Domains>,
+    /// The domain every tenant's calls of a shared tool also enter.
+    pub(crate) commons: Arc<Commons>,
     /// In-flight first-use asks, per (tenant, tool).
     pub(crate) first_use: DashMap<(String, String), Arc<OnceCell<ApprovalOutcome>>>,
     /// Kernel-wide submission sequence (the ready queue's order among equal priorities).

@@ -59,5 +59,5 @@ mod synth;
 pub(crate) use context::Provisions;
 pub use context::{ContextError, EnvSecrets, SecretResolver, ToolContext};
 pub use handler::{handler, Handler, HandlerFuture, SpecSynthesizer, ToolError};
-pub use registry::{AccessInput, Tool, ToolRegistry, Version};
+pub use registry::{AccessInput, TenantScope, Tool, ToolRegistry, Version};
 pub use synth::Synthesizers;

@@ -27,11 +27,43 @@ pub struct Tool {
     accesses: AccessPlan,
     handler: Option<Arc<dyn Handler>>,
     access_input: Option<AccessInput>,
+    scope: TenantScope,
 }
 
-/// Rewrites a call's input before its resources are templated (the fs tools make `path`
-/// absolute against their root, so that two spellings of one file are one resource).
-pub type AccessInput = Arc<dyn Fn(&Value) -> Value + Send + Sync>;
+/// Rewrites a call's input before its resources are templated, given the call's tenant (the fs
+/// tools make `path` absolute against their root — the tenant's own, with a root per tenant — so
+/// that two spellings of one file are one resource).
+pub type AccessInput = Arc<dyn Fn(&str, &Value) -> Value + Send + Sync>;
+
+/// Whose things a tool's resources name: each tenant's own, or one set every tenant reaches.
+///
+/// Tenants never conflict on what is their own: each tenant's calls are ordered in its own
+/// conflict domain only. A tool whose resources several tenants reach — one directory for
+/// everyone, a remote service — is [`TenantScope::Shared`]: its calls are ordered in the
+/// tenant's domain *and* in one domain common to every tenant, so two tenants' conflicting writes
+/// of one shared resource never overlap and no update is lost. A call waiting there for another
+/// tenant's call learns only that it waits, never whose call it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum TenantScope {
+    /// Each tenant's resources are its own (the default for a native tool; the built-in kv
+    /// memory; the built-in fs tools with a root per tenant).
+    #[default]
+    PerTenant,
+    /// Every tenant reaches the same resources (the default for a tool over HTTP or MCP: one
+    /// service for all; the built-in fs tools under one root).
+    Shared,
+}
+
+impl TenantScope {
+    /// `per-tenant` or `shared`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TenantScope::PerTenant => "per-tenant",
+            TenantScope::Shared => "shared",
+        }
+    }
+}
 
 impl fmt::Debug for Tool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -79,6 +111,7 @@ impl Tool {
                 )],
             )
         })?;
+        let scope = default_scope(&manifest, handler.is_some());
         Ok(Tool {
             manifest: Arc::new(manifest),
             source,
@@ -87,6 +120,7 @@ impl Tool {
             accesses,
             handler,
             access_input: None,
+            scope,
         })
     }
 
@@ -95,14 +129,47 @@ impl Tool {
         mut self,
         f: impl Fn(&Value) -> Value + Send + Sync + 'static,
     ) -> Self {
+        self.access_input = Some(Arc::new(move |_tenant: &str, input: &Value| f(input)));
+        self
+    }
+
+    /// Sets the rewrite applied to a call's input before its resources are templated, given the
+    /// call's tenant (for a tool whose resources are the tenant's own, such as a root per tenant).
+    pub fn with_tenant_access_input(
+        mut self,
+        f: impl Fn(&str, &Value) -> Value + Send + Sync + 'static,
+    ) -> Self {
         self.access_input = Some(Arc::new(f));
         self
     }
 
-    /// The accesses of a call of this tool with `input`.
+    /// Sets whose things the tool's resources name (default: [`TenantScope::Shared`] for a tool
+    /// over HTTP or MCP, else [`TenantScope::PerTenant`]).
+    pub fn with_scope(mut self, scope: TenantScope) -> Self {
+        self.scope = scope;
+        self
+    }
+
+    /// Whose things the tool's resources name (see [`TenantScope`]).
+    pub fn scope(&self) -> TenantScope {
+        self.scope
+    }
+
+    /// The accesses of a call of this tool with `input`, for no tenant in particular (a tool
+    /// whose resources depend on the tenant sees the empty tenant name).
     pub fn accesses(&self, input: &Value, normalizers: &Normalizers) -> Vec<Access> {
+        self.accesses_for("", input, normalizers)
+    }
+
+    /// The accesses of `tenant`'s call of this tool with `input`.
+    pub fn accesses_for(
+        &self,
+        tenant: &str,
+        input: &Value,
+        normalizers: &Normalizers,
+    ) -> Vec<Access> {
         match &self.access_input {
-            Some(view) => self.accesses.accesses(&view(input), normalizers),
+            Some(view) => self.accesses.accesses(&view(tenant, input), normalizers),
             None => self.accesses.accesses(input, normalizers),
         }
     }
@@ -141,6 +208,21 @@ impl Tool {
     /// Checks `output` against the output schema, as [`Tool::check_input`] does.
     pub fn check_output(&self, output: &Value) -> std::result::Result<(), Diagnostic> {
         first_error(&self.output_schema, output)
+    }
+}
+
+/// A tool carried out by a remote service (HTTP or MCP) is one service for every tenant; a native
+/// handler's state is taken to be the tenant's own unless the embedder says otherwise.
+fn default_scope(m: &Manifest, native: bool) -> TenantScope {
+    let remote = match m.transport() {
+        model::Transport::Mcp => true,
+        model::Transport::Native => !native && m.spec.is_some(),
+        model::Transport::Auto => !native && (m.spec.is_some() || m.mcp_endpoint.is_some()),
+    };
+    if remote {
+        TenantScope::Shared
+    } else {
+        TenantScope::PerTenant
     }
 }
 
@@ -355,6 +437,7 @@ impl ToolRegistry {
             manifest.mcp_endpoint = Some(parsed.clone());
             let mut tool = Tool::compile(manifest, t.source().clone(), t.handler.clone())?;
             tool.access_input = t.access_input.clone();
+            tool.scope = TenantScope::Shared;
             let (id, version) = key_of(&tool);
             let tool = Arc::new(tool);
             if let Some(latest) = self.latest.get_mut(&id).filter(|(v, _)| *v == version) {

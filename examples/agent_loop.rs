@@ -101,8 +101,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
         conversation.extend(adapters::openai::results(&result));
     }
-    println!("final store: {:?}", kv.snapshot());
-    let turns = kv.get("turns").and_then(|v| v.as_i64());
+    println!("final store: {:?}", kv.tenant("demo-tenant").snapshot());
+    let turns = kv
+        .tenant("demo-tenant")
+        .get("turns")
+        .and_then(|v| v.as_i64());
     assert_eq!(turns, Some(2), "each turn's counter bump ran exactly once");
     Ok(())
 }

@@ -123,7 +123,7 @@ proptest! {
             prop_assert_eq!(r.status, Status::Ok, "{:?}", r.error);
             prop_assert_eq!(r.output.as_ref().unwrap(), expected, "call {}", r.id);
         }
-        let actual: BTreeMap<String, Value> = kv.snapshot().into_iter().collect();
+        let actual: BTreeMap<String, Value> = kv.tenant("t").snapshot().into_iter().collect();
         prop_assert_eq!(actual, store);
 
         // Conflicting calls never overlap in time.

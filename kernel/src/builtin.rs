@@ -4,13 +4,40 @@
 //! tools of cli.md — `sluice.sleep`, `sluice.echo`, `sluice.kv.{get,put,delete,incr}`,
 //! `sluice.fs.{read,write}` — each with its own manifest and native handler.
 //!
-//! The kv store is in memory, one per [`KvStore`] value (the CLI makes one per process). Every kv
-//! tool takes an optional `delay_ms` to simulate latency; `incr` waits *between* its read and its
-//! write, so two incrs of one key run unordered would lose an update — which Sluice's ordering
-//! prevents. The fs tools are confined to their root: the path (relative to the root, or absolute)
-//! is resolved lexically, and a path that leaves the root — by `..` or through a symbolic link — is
+//! The kv store is in memory, one per [`KvStore`] value (the CLI makes one per process), and in
+//! it each tenant has a memory of its own: a call reads and writes only its tenant's keys, so
+//! tenants never see each other's values and never conflict on them. Every kv tool takes an
+//! optional `delay_ms` to simulate latency; `incr` waits *between* its read and its write, so two
+//! incrs of one key run unordered would lose an update — which Sluice's ordering prevents.
+//!
+//! The fs tools are confined to their root: the path (relative to the root, or absolute) is
+//! resolved lexically, and a path that leaves the root — by `..` or through a symbolic link — is
 //! an error. Their resource is `fs:` + the normalized absolute path, so two spellings of one file
-//! conflict.
+//! conflict. With one root ([`BuiltinConfig::new`]) every tenant reaches the same files: the fs
+//! tools are then [`TenantScope::Shared`], and two tenants' conflicting calls of one file are
+//! ordered against each other. With a root per tenant ([`BuiltinConfig::per_tenant`]) each tenant
+//! has `DIR/<tenant>` (made on its first write), reaches nothing outside it, and the fs tools are
+//! [`TenantScope::PerTenant`].
+//!
+//! ```
+//! use sluice_kernel::builtin::{self, BuiltinConfig, KvStore};
+//! use sluice_kernel::{Batch, Call, Kernel};
+//! use serde_json::json;
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let kv = KvStore::new();
+//! let kernel = Kernel::builder()
+//!     .tools(builtin::registry(BuiltinConfig::default().with_kv(kv.clone())).unwrap())
+//!     .build()
+//!     .unwrap();
+//! let put = Call::new("p", "sluice.kv.put", json!({"key": "secret", "value": "acme-only"}));
+//! kernel.run(Batch::new("acme", vec![put]).unwrap()).await.unwrap();
+//! let get = Call::new("g", "sluice.kv.get", json!({"key": "secret"}));
+//! let zeta = kernel.run(Batch::new("zeta", vec![get]).unwrap()).await.unwrap();
+//! assert_eq!(zeta.results[0].output, Some(json!({"key": "secret", "value": null})));
+//! assert_eq!(kv.tenant("acme").get("secret"), Some(json!("acme-only")));
+//! # });
+//! ```
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
@@ -21,12 +48,12 @@ use serde_json::{json, Value};
 
 use crate::error::{Diagnostic, Error, ErrorCode, Result};
 use crate::model::{Manifest, ManifestSource};
-use crate::transport::{handler, Tool, ToolContext, ToolError, ToolRegistry};
+use crate::transport::{handler, TenantScope, Tool, ToolContext, ToolError, ToolRegistry};
 
-/// The in-memory key-value store of the kv tools.
+/// The in-memory key-value store of the kv tools: a memory per tenant.
 #[derive(Debug, Default, Clone)]
 pub struct KvStore {
-    map: Arc<DashMap<String, Value>>,
+    tenants: Arc<DashMap<String, TenantKv>>,
 }
 
 impl KvStore {
@@ -35,6 +62,29 @@ impl KvStore {
         Self::default()
     }
 
+    /// `tenant`'s memory (empty until something is put in it).
+    pub fn tenant(&self, tenant: &str) -> TenantKv {
+        if let Some(m) = self.tenants.get(tenant) {
+            return m.clone();
+        }
+        self.tenants.entry(tenant.to_owned()).or_default().clone()
+    }
+
+    /// The tenants that have a memory, sorted.
+    pub fn tenants(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.tenants.iter().map(|e| e.key().clone()).collect();
+        v.sort();
+        v
+    }
+}
+
+/// One tenant's memory in a [`KvStore`]. Cheap to clone; clones share the memory.
+#[derive(Debug, Default, Clone)]
+pub struct TenantKv {
+    map: Arc<DashMap<String, Value>>,
+}
+
+impl TenantKv {
     /// The value under `key`.
     pub fn get(&self, key: &str) -> Option<Value> {
         self.map.get(key).map(|v| v.clone())
@@ -66,18 +116,33 @@ impl KvStore {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct BuiltinConfig {
-    /// The directory the fs tools are confined to. Default: the current directory.
+    /// The directory the fs tools are confined to (with `root_per_tenant`, the directory that
+    /// holds each tenant's). Default: the current directory.
     pub root: PathBuf,
+    /// Whether each tenant has a root of its own, `root/<tenant>`. Default: `false` (one root
+    /// that every tenant reaches).
+    pub root_per_tenant: bool,
     /// The kv tools' store. Default: a new empty store.
     pub kv: KvStore,
 }
 
 impl BuiltinConfig {
-    /// The built-in tools confined to `root`, with a new empty kv store.
+    /// The built-in tools confined to `root`, one root for every tenant, with a new empty kv
+    /// store.
     pub fn new(root: impl Into<PathBuf>) -> Self {
         BuiltinConfig {
             root: root.into(),
+            root_per_tenant: false,
             kv: KvStore::new(),
+        }
+    }
+
+    /// The built-in tools with a root per tenant: tenant `t`'s fs calls are confined to
+    /// `dir/t` (see [`tenant_root`]); a new empty kv store.
+    pub fn per_tenant(dir: impl Into<PathBuf>) -> Self {
+        BuiltinConfig {
+            root_per_tenant: true,
+            ..Self::new(dir)
         }
     }
 
@@ -92,6 +157,7 @@ impl Default for BuiltinConfig {
     fn default() -> Self {
         BuiltinConfig {
             root: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+            root_per_tenant: false,
             kv: KvStore::new(),
         }
     }
@@ -152,14 +218,14 @@ fn key(input: &Value) -> String {
 fn kv_tool(
     manifest_json: Value,
     kv: &KvStore,
-    op: fn(&KvStore, &str, &Value) -> Value,
+    op: fn(&TenantKv, &str, &Value) -> Value,
 ) -> Result<Tool> {
     let store = kv.clone();
     Tool::new(
         manifest(manifest_json)?,
         ManifestSource::built_in(),
         Some(handler(move |ctx: ToolContext, input: Value| {
-            let store = store.clone();
+            let store = store.tenant(ctx.tenant());
             async move {
                 delay(&ctx, &input).await?;
                 Ok(op(&store, &key(&input), &input))
@@ -170,12 +236,77 @@ fn kv_tool(
 
 /// The built-in tools, compiled.
 pub fn tools(config: BuiltinConfig) -> Result<Vec<Tool>> {
-    let root = Arc::new(lexical_absolute(&config.root, Path::new(".")));
+    let roots = Arc::new(Roots {
+        base: lexical_absolute(&config.root, Path::new(".")),
+        per_tenant: config.root_per_tenant,
+    });
     let mut out = Vec::new();
     out.extend(plain_tools()?);
     out.extend(kv_tools(config.kv)?);
-    out.extend(fs_tools(root)?);
+    out.extend(fs_tools(roots)?);
     Ok(out)
+}
+
+/// Whether `tenant` can name a directory of its own: one path component of letters, digits,
+/// `.`, `_` and `-`, not starting with `.` (so never `.` or `..`), at most 255 bytes.
+pub fn is_directory_name(tenant: &str) -> bool {
+    !tenant.is_empty()
+        && tenant.len() <= 255
+        && !tenant.starts_with('.')
+        && tenant
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// `tenant`'s root under `dir` with a root per tenant: `dir/<tenant>`, or `None` when the
+/// tenant's name cannot be a directory's (see [`is_directory_name`]).
+pub fn tenant_root(dir: &Path, tenant: &str) -> Option<PathBuf> {
+    is_directory_name(tenant).then(|| lexical_absolute(dir, Path::new(tenant)))
+}
+
+/// Where the fs tools are confined: one root, or `base/<tenant>` for each tenant.
+#[derive(Debug)]
+struct Roots {
+    base: PathBuf,
+    per_tenant: bool,
+}
+
+impl Roots {
+    /// The root of `tenant`'s calls, or why it has none.
+    fn of(&self, tenant: &str) -> Result<PathBuf, ToolError> {
+        if !self.per_tenant {
+            return Ok(self.base.clone());
+        }
+        tenant_root(&self.base, tenant).ok_or_else(|| {
+            ToolError::new(
+                ErrorCode::PathEscapesRoot,
+                format!(
+                    "the tenant `{tenant}` has no root under `{}`: with a root per tenant, a \
+                     tenant's name must be a directory name (letters, digits, `.`, `_`, `-`, not \
+                     starting with `.`)",
+                    self.base.display()
+                ),
+            )
+        })
+    }
+
+    /// The directory a tenant's paths are resolved against for its resources (lexically; a
+    /// tenant without a root — its calls fail — gets one no tenant's root can be, since no
+    /// tenant directory starts with `.`).
+    fn lexical(&self, tenant: &str) -> PathBuf {
+        match self.of(tenant) {
+            Ok(root) => root,
+            Err(_) => self.base.join(".no-root"),
+        }
+    }
+
+    fn scope(&self) -> TenantScope {
+        if self.per_tenant {
+            TenantScope::PerTenant
+        } else {
+            TenantScope::Shared
+        }
+    }
 }
 
 /// `sluice.sleep` and `sluice.echo`: they touch nothing.
@@ -220,7 +351,7 @@ fn plain_tools() -> Result<Vec<Tool>> {
     Ok(out)
 }
 
-/// `sluice.kv.*`: the in-memory store, one resource `kv:{key}` per key.
+/// `sluice.kv.*`: the in-memory store, one resource `kv:{key}` per key, each tenant's own.
 fn kv_tools(kv: KvStore) -> Result<Vec<Tool>> {
     let src = ManifestSource::built_in;
     let mut out = Vec::new();
@@ -280,7 +411,7 @@ fn kv_tools(kv: KvStore) -> Result<Vec<Tool>> {
         }))?,
         src(),
         Some(handler(move |ctx: ToolContext, input: Value| {
-            let store = store.clone();
+            let store = store.tenant(ctx.tenant());
             async move {
                 let k = key(&input);
                 let by = input.get("by").cloned().unwrap_or(json!(1));
@@ -302,17 +433,17 @@ fn kv_tools(kv: KvStore) -> Result<Vec<Tool>> {
     Ok(out)
 }
 
-/// `sluice.fs.read` and `sluice.fs.write`, confined to `root`; their resources are the
-/// absolute paths, so that two spellings of one file are one resource.
-fn fs_tools(root: Arc<PathBuf>) -> Result<Vec<Tool>> {
+/// `sluice.fs.read` and `sluice.fs.write`, confined to the tenant's root; their resources are
+/// the absolute paths, so that two spellings of one file are one resource.
+fn fs_tools(roots: Arc<Roots>) -> Result<Vec<Tool>> {
     let src = ManifestSource::built_in;
     let mut out = Vec::new();
     let fs_view = {
-        let root = root.clone();
-        move |input: &Value| -> Value {
+        let roots = roots.clone();
+        move |tenant: &str, input: &Value| -> Value {
             let mut v = input.clone();
             if let Some(p) = input.get("path").and_then(Value::as_str) {
-                let abs = lexical_absolute(&root, Path::new(p));
+                let abs = lexical_absolute(&roots.lexical(tenant), Path::new(p));
                 v["path"] = Value::String(abs.to_string_lossy().into_owned());
             }
             v
@@ -320,7 +451,7 @@ fn fs_tools(root: Arc<PathBuf>) -> Result<Vec<Tool>> {
     };
     let path_schema = json!({"type": "string", "minLength": 1});
 
-    let r = root.clone();
+    let r = roots.clone();
     out.push(
         Tool::new(
             manifest(json!({
@@ -334,10 +465,10 @@ fn fs_tools(root: Arc<PathBuf>) -> Result<Vec<Tool>> {
                 "effects": [{"kind": "reads", "resource": "fs:{path}"}]
             }))?,
             src(),
-            Some(handler(move |_ctx: ToolContext, input: Value| {
-                let root = r.clone();
+            Some(handler(move |ctx: ToolContext, input: Value| {
+                let root = r.of(ctx.tenant());
                 async move {
-                    let path = confined(&root, &input, false)?;
+                    let path = confined(&root?, &input, false)?;
                     let content = tokio::fs::read_to_string(&path).await.map_err(|e| {
                         ToolError::new(
                             ErrorCode::Io,
@@ -348,10 +479,11 @@ fn fs_tools(root: Arc<PathBuf>) -> Result<Vec<Tool>> {
                 }
             })),
         )?
-        .with_access_input(fs_view.clone()),
+        .with_tenant_access_input(fs_view.clone())
+        .with_scope(roots.scope()),
     );
 
-    let r = root;
+    let r = roots.clone();
     out.push(
         Tool::new(
             manifest(json!({
@@ -366,9 +498,20 @@ fn fs_tools(root: Arc<PathBuf>) -> Result<Vec<Tool>> {
                 "effects": [{"kind": "writes", "resource": "fs:{path}"}]
             }))?,
             src(),
-            Some(handler(move |_ctx: ToolContext, input: Value| {
-                let root = r.clone();
+            Some(handler(move |ctx: ToolContext, input: Value| {
+                let root = r.of(ctx.tenant());
+                let per_tenant = r.per_tenant;
                 async move {
+                    let root = root?;
+                    if per_tenant {
+                        // A tenant's root is made on its first write.
+                        tokio::fs::create_dir_all(&root).await.map_err(|e| {
+                            ToolError::new(
+                                ErrorCode::Io,
+                                format!("cannot make the root `{}`: {e}", root.display()),
+                            )
+                        })?;
+                    }
                     let path = confined(&root, &input, true)?;
                     let content = input.get("content").and_then(Value::as_str).unwrap_or("");
                     tokio::fs::write(&path, content).await.map_err(|e| {
@@ -381,7 +524,8 @@ fn fs_tools(root: Arc<PathBuf>) -> Result<Vec<Tool>> {
                 }
             })),
         )?
-        .with_access_input(fs_view),
+        .with_tenant_access_input(fs_view)
+        .with_scope(roots.scope()),
     );
     Ok(out)
 }

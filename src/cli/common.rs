@@ -69,21 +69,44 @@ pub(crate) fn bind_endpoints(
     Ok(())
 }
 
+/// Where the built-in fs tools are confined.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Root<'a> {
+    /// The current directory, one for every tenant.
+    Current,
+    /// This directory, one for every tenant.
+    Shared(&'a Path),
+    /// `DIR/<tenant>` for each tenant.
+    PerTenant(&'a Path),
+}
+
+impl<'a> From<Option<&'a Path>> for Root<'a> {
+    fn from(root: Option<&'a Path>) -> Self {
+        root.map_or(Root::Current, Root::Shared)
+    }
+}
+
 /// The built-in tools (fs tools confined to `root`) plus every manifest under `paths`. A manifest
 /// may not take a built-in tool's id, in any version (it would become `sluice.…`'s highest).
-pub(crate) fn load_tools(
+pub(crate) fn load_tools<'a>(
     paths: &[PathBuf],
-    root: Option<&Path>,
+    root: impl Into<Root<'a>>,
     kv: KvStore,
 ) -> anyhow::Result<ToolRegistry> {
-    let root = match root {
-        Some(r) => std::fs::canonicalize(r).map_err(|e| Failure {
+    let canonical = |r: &Path| {
+        std::fs::canonicalize(r).map_err(|e| Failure {
             code: 2,
             message: format!("cannot use `{}` as the root: {e}", r.display()),
-        })?,
-        None => std::env::current_dir().context("cannot read the current directory")?,
+        })
     };
-    let mut registry = builtin::registry(BuiltinConfig::new(root).with_kv(kv))?;
+    let config = match root.into() {
+        Root::Current => BuiltinConfig::new(
+            std::env::current_dir().context("cannot read the current directory")?,
+        ),
+        Root::Shared(r) => BuiltinConfig::new(canonical(r)?),
+        Root::PerTenant(r) => BuiltinConfig::per_tenant(canonical(r)?),
+    };
+    let mut registry = builtin::registry(config.with_kv(kv))?;
     let builtins: Vec<String> = registry.iter().map(|t| t.id().to_owned()).collect();
     for path in paths {
         for raw in read_manifests(path)? {

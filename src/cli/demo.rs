@@ -312,7 +312,7 @@ async fn run_way(out: &Path, way: Way, tracker: std::net::SocketAddr) -> anyhow:
     Ok(Outcome {
         result,
         files: files(&root)?,
-        kv: kv.snapshot(),
+        kv: kv.tenant("demo").snapshot(),
     })
 }
 
@@ -334,7 +334,7 @@ fn demo_kernel(
     kv: &KvStore,
     log: Option<Arc<ProvenanceLog>>,
 ) -> anyhow::Result<Kernel> {
-    kv.put("memory/cache", json!("stale"));
+    kv.tenant("demo").put("memory/cache", json!("stale"));
     let engine = Arc::new(PolicyEngine::new(policy(root)?));
     // Approved in an earlier session: first uses of these tools do not ask again.
     for t in ["demo.edit_file", "sluice.kv.put", "sluice.kv.delete"] {
@@ -490,7 +490,7 @@ async fn through_gateway(out: &Path, tracker: std::net::SocketAddr) -> anyhow::R
                 .collect()
         })
         .unwrap_or_default();
-    let (files_after, kv_after) = (files(&root)?, kv.snapshot());
+    let (files_after, kv_after) = (files(&root)?, kv.tenant("demo").snapshot());
 
     // Two sessions edit src/main.rs at once: the second waits for the first, and says so.
     let url = format!("{base}/mcp");

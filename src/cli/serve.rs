@@ -2,7 +2,7 @@
 //! `--listen`, or one MCP session over stdio.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,10 +11,12 @@ use clap::ValueEnum;
 use sluice::kernel::authorize::{
     ApprovalFuture, ApprovalOutcome, ApprovalRequest, ApproveAll, RejectAll,
 };
-use sluice::kernel::builtin::KvStore;
-use sluice::serve::{read_tokens, serve_http, serve_stdio, Gateway, GatewayOptions, Telemetry};
+use sluice::kernel::builtin::{self, KvStore};
+use sluice::serve::{
+    read_tokens, serve_http, serve_stdio, Gateway, GatewayOptions, Telemetry, TokenFile,
+};
 
-use super::common::{bind_endpoints, load_tools, DomainArgs, LogArgs};
+use super::common::{bind_endpoints, load_tools, DomainArgs, LogArgs, Root};
 use super::Failure;
 
 #[derive(Debug, clap::Args)]
@@ -36,8 +38,10 @@ pub(crate) struct Args {
     /// A policy document: every access is authorized per tenant.
     #[arg(long)]
     policy: Option<PathBuf>,
-    /// The bearer tokens: `{"tokens": [{"sha256": "<hex>", "tenant": "acme"}]}`. Without it the
-    /// address must be a loopback one, and every request is `--tenant`.
+    /// The bearer tokens: `{"tokens": [{"sha256": "<hex>", "tenant": "acme"}]}`; an entry
+    /// `{"sha256": "<hex>", "operator": true}` reads every tenant's `/metrics` and runs nothing
+    /// (a tenant's token reads only its own series). Without it the address must be a loopback
+    /// one, and every request is `--tenant`.
     #[arg(long)]
     tokens: Option<PathBuf>,
     /// The tenant without tokens, and of a stdio session.
@@ -59,8 +63,15 @@ pub(crate) struct Args {
     #[arg(long, value_name = "URL")]
     otlp: Option<String>,
     /// The directory the built-in fs tools are confined to. Default: the current directory.
-    #[arg(long)]
+    /// Every tenant reaches the same files there (their conflicting calls of one file are
+    /// ordered against each other); `--root-per-tenant` keeps them apart.
+    #[arg(long, conflicts_with = "root_per_tenant")]
     root: Option<PathBuf>,
+    /// Gives each tenant a root of its own for the built-in fs tools: `DIR/<tenant>`, made on
+    /// its first write. A tenant's name must then be a directory name (letters, digits, `.`,
+    /// `_`, `-`, not starting with `.`).
+    #[arg(long, value_name = "DIR")]
+    root_per_tenant: Option<PathBuf>,
     /// The most calls running at once (default: no cap).
     #[arg(long)]
     max_concurrency: Option<usize>,
@@ -97,7 +108,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         })?,
         None => Default::default(),
     };
-    if tokens.is_empty() && !args.stdio && !args.listen.ip().is_loopback() {
+    if tokens.tenants.is_empty()
+        && tokens.operators.is_empty()
+        && !args.stdio
+        && !args.listen.ip().is_loopback()
+    {
         return Err(Failure {
             code: 2,
             message: format!(
@@ -113,7 +128,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(super::policy::load)
         .transpose()?;
-    let mut registry = load_tools(&args.tools, args.root.as_deref(), KvStore::new())?;
+    let root = match &args.root_per_tenant {
+        Some(dir) => {
+            check_tenant_roots(dir, &tokens, &args.tenant)?;
+            Root::PerTenant(dir)
+        }
+        None => Root::from(args.root.as_deref()),
+    };
+    let mut registry = load_tools(&args.tools, root, KvStore::new())?;
     bind_endpoints(&mut registry, &args.mcp_endpoint)?;
     let mut builder =
         super::common::kernel_builder(registry, args.max_concurrency, args.proxy_from_env)?;
@@ -149,7 +171,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let kernel = builder.build()?;
     let options = GatewayOptions::default()
-        .with_tokens(tokens)
+        .with_token_file(tokens)
         .with_default_tenant(&args.tenant)
         .with_max_body(args.max_body)
         .with_max_sessions(args.max_sessions)
@@ -209,6 +231,39 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         message: format!("cannot serve: {e}"),
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// With a root per tenant, every tenant the gateway can serve must have a directory name; the
+/// directory that holds them is made when missing.
+fn check_tenant_roots(dir: &Path, tokens: &TokenFile, default: &str) -> anyhow::Result<()> {
+    let refuse = |why: String| -> anyhow::Error {
+        Failure {
+            code: 2,
+            message: why,
+        }
+        .into()
+    };
+    let served: Vec<&str> = if tokens.tenants.is_empty() {
+        vec![default]
+    } else {
+        tokens.tenants.values().map(String::as_str).collect()
+    };
+    for tenant in served {
+        if !builtin::is_directory_name(tenant) {
+            return Err(refuse(format!(
+                "`--root-per-tenant {}`: the tenant `{tenant}` cannot name a directory (letters, \
+                 digits, `.`, `_`, `-`, not starting with `.`): rename it in the token file or \
+                 `--tenant`",
+                dir.display()
+            )));
+        }
+    }
+    std::fs::create_dir_all(dir).map_err(|e| {
+        refuse(format!(
+            "`--root-per-tenant {}`: cannot make the directory: {e}",
+            dir.display()
+        ))
+    })
 }
 
 /// SIGTERM or SIGINT.

@@ -18,10 +18,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::mcp::{McpSession, Tenant};
-use super::{error_body, Caller, Gateway};
-use crate::kernel::access::Normalizers;
+use super::{error_body, Caller, Gateway, Principal};
 use crate::kernel::adapters::{Api, ExportOptions, IngestOptions};
-use crate::kernel::order::Plan;
 use crate::kernel::provenance::BatchOrigin;
 use crate::kernel::Batch;
 use crate::report;
@@ -75,13 +73,17 @@ pub async fn serve_http(
             config.allowed_hosts = Vec::new();
         }
     }
+    let loopback = listener.local_addr().is_ok_and(|a| a.ip().is_loopback());
     let stop_sessions = config.cancellation_token.clone();
     let factory_gateway = gateway.clone();
+    let sessions = Arc::new(LocalSessionManager::default());
     let mcp: Mcp = StreamableHttpService::new(
         move || Ok(McpSession::new(factory_gateway.clone())),
-        Arc::new(LocalSessionManager::default()),
+        sessions.clone(),
         config,
     );
+    let front = Front { loopback, sessions };
+    let closing = CancellationToken::new();
     let mut connections = tokio::task::JoinSet::new();
     let accept = |connections: &mut tokio::task::JoinSet<()>, sock: tokio::net::TcpStream| {
         // Without it, a small response waits for the client's delayed ACK (Nagle): ~40 ms per
@@ -91,19 +93,32 @@ pub async fn serve_http(
         let stalled = gateway.clone();
         let write_timeout = gateway.options().write_timeout;
         let mcp = mcp.clone();
+        let front = front.clone();
         let service = hyper::service::service_fn(move |req| {
             let gateway = gateway.clone();
             let mcp = mcp.clone();
-            async move { Ok::<_, Infallible>(handle(gateway, mcp, req).await) }
+            let front = front.clone();
+            async move { Ok::<_, Infallible>(handle(gateway, mcp, &front, req).await) }
         });
         // A client that stops reading: a write blocked past the deadline drops its connection
         // (its calls go on; only the answer is lost), and nothing else waits for it.
         let mut sock = tokio_io_timeout::TimeoutStream::new(sock);
         sock.set_write_timeout(Some(write_timeout));
+        let closing = closing.clone();
         connections.spawn(async move {
-            let served = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(Box::pin(sock)), service)
-                .await;
+            let builder = hyper::server::conn::http1::Builder::new();
+            let mut conn = std::pin::pin!(
+                builder.serve_connection(hyper_util::rt::TokioIo::new(Box::pin(sock)), service)
+            );
+            // Once the drain is over, a connection finishes the response it is writing (the
+            // answer of a call that ran to its end) and closes.
+            let served = tokio::select! {
+                r = conn.as_mut() => r,
+                _ = closing.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
             if let Err(e) = served {
                 if timed_out(&e) {
                     tracing::warn!("dropped a connection whose client stopped reading");
@@ -138,12 +153,33 @@ pub async fn serve_http(
     }
     stop_sessions.cancel();
     drop(listener);
+    closing.cancel();
+    // Answers still being written get as long as a stalled write would; then they are cut.
+    let grace = gateway.options().write_timeout;
+    let _ = tokio::time::timeout(grace, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
     connections.shutdown().await;
     Ok(())
 }
 
+/// What every request of one listener is checked against.
+#[derive(Clone)]
+struct Front {
+    /// The listener is on a loopback address: `Host` and `Origin` must name loopback too.
+    loopback: bool,
+    /// rmcp's sessions, to forget the tenants of sessions it has closed.
+    sessions: Arc<LocalSessionManager>,
+}
+
 /// One HTTP request.
-async fn handle(gateway: Arc<Gateway>, mcp: Mcp, mut req: Request<Incoming>) -> Response<Body> {
+async fn handle(
+    gateway: Arc<Gateway>,
+    mcp: Mcp,
+    front: &Front,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let path = req.uri().path().to_owned();
     if path == "/healthz" {
         return if gateway.is_draining() {
@@ -157,11 +193,19 @@ async fn handle(gateway: Arc<Gateway>, mcp: Mcp, mut req: Request<Incoming>) -> 
             json_response(StatusCode::OK, &serde_json::json!({"status": "ok"}))
         };
     }
+    // A page in a browser may reach a loopback gateway: by DNS rebinding (a name of its own
+    // that resolves to 127.0.0.1, so `Host` names it) or by a cross-site request (`Origin`
+    // names the page). Neither may run anything.
+    if front.loopback {
+        if let Err(r) = same_machine(&req) {
+            return *r;
+        }
+    }
     let auth = req
         .headers()
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let Some(tenant) = gateway.tenant_of(auth) else {
+    let Some(principal) = gateway.principal_of(auth) else {
         let mut r = error(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
@@ -189,50 +233,33 @@ async fn handle(gateway: Arc<Gateway>, mcp: Mcp, mut req: Request<Incoming>) -> 
         .and_then(|v| v.parse::<usize>().ok())
         .is_some_and(|n| n > gateway.options().max_body);
     if too_long {
-        return too_large(&gateway);
+        return refuse_body(&gateway, req).await;
     }
-    match (req.method().clone(), path.as_str()) {
-        (method, "/mcp") => {
-            let opens_session =
-                method == Method::POST && !req.headers().contains_key("mcp-session-id");
-            if opens_session && gateway.sessions() >= gateway.options().max_sessions {
-                return error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "too-many-sessions",
-                    &format!(
-                        "{} MCP sessions are open (`--max-sessions`): close one, or retry later",
-                        gateway.sessions()
-                    ),
+    let tenant = match principal {
+        Principal::Tenant(t) => t,
+        Principal::Operator => {
+            return match (req.method(), path.as_str()) {
+                (&Method::GET, "/metrics") => metrics(&gateway, None),
+                _ => error(
+                    StatusCode::FORBIDDEN,
+                    "operator-token",
+                    "an operator token reads `GET /metrics` only; calls need a tenant's token",
                     None,
-                );
-            }
-            req.extensions_mut().insert(Tenant(tenant));
-            let (parts, body) = req.into_parts();
-            let limited = Limited::new(body, gateway.options().max_body);
-            let req = Request::from_parts(parts, limited);
-            let mut mcp = mcp;
-            let mut response = match tower_service::Service::call(&mut mcp, req).await {
-                Ok(r) => r,
-                Err(never) => match never {},
-            };
-            // A session ended by the client (DELETE) is answered 202 by rmcp; the official
-            // Python SDK counts only 200 and 204 as a terminated session and logs a failure.
-            if method == Method::DELETE && response.status() == StatusCode::ACCEPTED {
-                *response.status_mut() = StatusCode::NO_CONTENT;
-            }
-            response
-        }
-        (Method::GET, "/metrics") => {
-            let mut r = Response::new(full(gateway.metrics().encode()));
-            r.headers_mut().insert(
-                hyper::header::CONTENT_TYPE,
-                hyper::header::HeaderValue::from_static(
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
                 ),
-            );
-            r
+            };
         }
-        (Method::GET, "/v1/tools") => tools(&gateway, req.uri().query()),
+    };
+    match (req.method().clone(), path.as_str()) {
+        (method, "/mcp") => mcp_request(&gateway, mcp, front, &tenant, method, req).await,
+        (Method::GET, "/metrics") => {
+            // Without tokens the one tenant is the machine's own user, who sees everything.
+            let only = gateway
+                .options()
+                .requires_tokens()
+                .then_some(tenant.as_str());
+            metrics(&gateway, only)
+        }
+        (Method::GET, "/v1/tools") => tools(&gateway, &tenant, req.uri().query()),
         (Method::POST, "/v1/plan" | "/v1/run") => {
             let query = req.uri().query().map(str::to_owned);
             let traceparent = req
@@ -240,26 +267,27 @@ async fn handle(gateway: Arc<Gateway>, mcp: Mcp, mut req: Request<Incoming>) -> 
                 .get("traceparent")
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned);
+            // Required, not assumed: a page's `fetch` without CORS may only send `text/plain`,
+            // a form or multipart, and must not run a batch.
             let is_json = req
                 .headers()
                 .get(hyper::header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
-                .is_none_or(|ct| ct.trim_start().starts_with("application/json"));
+                .is_some_and(is_json_media_type);
             if !is_json {
                 return error(
                     StatusCode::UNSUPPORTED_MEDIA_TYPE,
                     "unsupported-media-type",
-                    "the body must be JSON (`Content-Type: application/json`)",
+                    "the body must be JSON, sent with `Content-Type: application/json`",
                     None,
                 );
             }
-            let body = match Limited::new(req.into_body(), gateway.options().max_body)
-                .collect()
-                .await
-            {
-                Ok(b) => b.to_bytes(),
-                Err(e) if e.is::<http_body_util::LengthLimitError>() => return too_large(&gateway),
-                Err(e) => return error(StatusCode::BAD_REQUEST, "bad-body", &e.to_string(), None),
+            let body = match read_body(req.into_body(), gateway.options().max_body).await {
+                Ok(b) => b,
+                Err(BodyError::TooLarge) => return too_large(&gateway),
+                Err(BodyError::Broken(e)) => {
+                    return error(StatusCode::BAD_REQUEST, "bad-body", &e, None)
+                }
             };
             let doc: Value = match serde_json::from_slice(&body) {
                 Ok(v) => v,
@@ -295,8 +323,228 @@ async fn handle(gateway: Arc<Gateway>, mcp: Mcp, mut req: Request<Incoming>) -> 
     }
 }
 
+/// A request to `/mcp`, handed to rmcp once it is known to be the tenant's: a request that
+/// names a session (`Mcp-Session-Id`: a call, a GET stream, a DELETE, a notification, an answer
+/// to an elicitation) is the session's tenant's, or it gets 404 and changes nothing.
+async fn mcp_request(
+    gateway: &Gateway,
+    mut mcp: Mcp,
+    front: &Front,
+    tenant: &str,
+    method: Method,
+    mut req: Request<Incoming>,
+) -> Response<Body> {
+    let session = req
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap_or_default().to_owned());
+    match &session {
+        Some(id) => {
+            if gateway.session_tenant(id).as_deref() != Some(tenant) {
+                // The same answer as for a session that does not exist: another tenant's
+                // session id tells nothing about that session.
+                return error(
+                    StatusCode::NOT_FOUND,
+                    "no-session",
+                    "no MCP session with this `Mcp-Session-Id` for this token: start a new \
+                     session (initialize)",
+                    None,
+                );
+            }
+        }
+        None => {
+            if method == Method::POST && gateway.sessions() >= gateway.options().max_sessions {
+                return error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too-many-sessions",
+                    &format!(
+                        "{} MCP sessions are open (`--max-sessions`): close one, or retry later",
+                        gateway.sessions()
+                    ),
+                    None,
+                );
+            }
+        }
+    }
+    req.extensions_mut().insert(Tenant(tenant.to_owned()));
+    let (parts, body) = req.into_parts();
+    let limited = Limited::new(body, gateway.options().max_body);
+    let req = Request::from_parts(parts, limited);
+    let mut response = match tower_service::Service::call(&mut mcp, req).await {
+        Ok(r) => r,
+        Err(never) => match never {},
+    };
+    match &session {
+        None => {
+            let opened = response
+                .headers()
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok());
+            if let Some(id) = opened {
+                let sessions = front.sessions.clone();
+                gateway.session_opened(id, tenant, |id| {
+                    // A session rmcp still holds (or one it is busy with) is kept.
+                    sessions
+                        .sessions
+                        .try_read()
+                        .map_or(true, |s| s.keys().any(|k| &**k == id))
+                });
+            }
+        }
+        Some(id) if method == Method::DELETE && response.status().is_success() => {
+            gateway.session_closed(id);
+        }
+        Some(_) => {}
+    }
+    // A session ended by the client (DELETE) is answered 202 by rmcp; the official Python SDK
+    // counts only 200 and 204 as a terminated session and logs a failure.
+    if method == Method::DELETE && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
+    response
+}
+
+fn metrics(gateway: &Gateway, tenant: Option<&str>) -> Response<Body> {
+    let mut r = Response::new(full(gateway.metrics().encode_for(tenant)));
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        ),
+    );
+    r
+}
+
+/// `application/json`, with or without parameters (`; charset=utf-8`), in any case.
+fn is_json_media_type(content_type: &str) -> bool {
+    content_type
+        .split(';')
+        .next()
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// Whether a host (of `Host`, or of an origin; without its port) is this machine by name:
+/// `localhost`, an IPv4 loopback address or `::1`.
+fn is_loopback_host(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The host of an authority (`host`, `host:port`, `[v6]`, `[v6]:port`).
+fn host_of(authority: &str) -> &str {
+    if let Some(rest) = authority.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or_default();
+    }
+    authority.split(':').next().unwrap_or_default()
+}
+
+/// A loopback gateway's check that the request comes from this machine's own clients: `Host`
+/// (when sent) names loopback, and `Origin` (when sent: a browser's) is a loopback page.
+fn same_machine(req: &Request<Incoming>) -> Result<(), Box<Response<Body>>> {
+    let header = |name| {
+        req.headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap_or("\u{0}"))
+    };
+    if let Some(host) = header(hyper::header::HOST) {
+        if !is_loopback_host(host_of(host)) {
+            return Err(Box::new(error(
+                StatusCode::FORBIDDEN,
+                "forbidden-host",
+                &format!(
+                    "`Host: {host}` is not this machine: a gateway on a loopback address answers \
+                     `localhost` and loopback addresses only (DNS rebinding)"
+                ),
+                None,
+            )));
+        }
+    }
+    if let Some(origin) = header(hyper::header::ORIGIN) {
+        let host = origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"))
+            .map(host_of);
+        if !host.is_some_and(is_loopback_host) {
+            return Err(Box::new(error(
+                StatusCode::FORBIDDEN,
+                "forbidden-origin",
+                &format!(
+                    "`Origin: {origin}` is a page elsewhere: a gateway on a loopback address \
+                     takes no cross-site requests"
+                ),
+                None,
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Why a body was not taken.
+enum BodyError {
+    /// Over the limit (what was sent has been read and dropped, within bounds).
+    TooLarge,
+    /// The connection broke while it was read.
+    Broken(String),
+}
+
+/// How much of a refused body is read and dropped so that its client, still sending, reads the
+/// 413 instead of a reset connection; past it (or [`DRAIN_TIME`]) the connection just closes.
+const DRAIN_BYTES: usize = 64 << 20;
+/// How long a refused body is read for at the most.
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Reads a body of at most `max` bytes; over it, reads and drops the rest (bounded).
+async fn read_body(mut body: Incoming, max: usize) -> Result<Bytes, BodyError> {
+    let mut out = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| BodyError::Broken(e.to_string()))?;
+        if let Ok(data) = frame.into_data() {
+            if out.len() + data.len() > max {
+                drain(body).await;
+                return Err(BodyError::TooLarge);
+            }
+            out.extend_from_slice(&data);
+        }
+    }
+    Ok(out.freeze())
+}
+
+/// Reads and drops what is left of a body, within [`DRAIN_BYTES`] and [`DRAIN_TIME`].
+async fn drain(mut body: Incoming) {
+    let read = async {
+        let mut seen = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Ok(data) = frame.into_data() {
+                seen += data.len();
+                if seen > DRAIN_BYTES {
+                    return;
+                }
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_TIME, read).await;
+}
+
+/// A request whose `Content-Length` is over the limit: 413, after reading what the client sends
+/// anyway (one that waits for `100 Continue` sends nothing, and is answered at once), and the
+/// connection closes after the answer.
+async fn refuse_body(gateway: &Gateway, req: Request<Incoming>) -> Response<Body> {
+    let expects_continue = req
+        .headers()
+        .get(hyper::header::EXPECT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
+    if !expects_continue {
+        drain(req.into_body()).await;
+    }
+    too_large(gateway)
+}
+
 fn too_large(gateway: &Gateway) -> Response<Body> {
-    error(
+    let mut r = error(
         StatusCode::PAYLOAD_TOO_LARGE,
         "too-large",
         &format!(
@@ -304,7 +552,12 @@ fn too_large(gateway: &Gateway) -> Response<Body> {
             gateway.options().max_body
         ),
         None,
-    )
+    );
+    r.headers_mut().insert(
+        hyper::header::CONNECTION,
+        hyper::header::HeaderValue::from_static("close"),
+    );
+    r
 }
 
 /// A query parameter.
@@ -323,24 +576,41 @@ fn api_of(name: &str) -> Option<Option<Api>> {
     }
 }
 
-fn tools(gateway: &Gateway, query: Option<&str>) -> Response<Body> {
+/// `GET /v1/tools`: the tools this tenant may call, as `tools/list` lists them (those a tool
+/// rule of its policy denies are left out).
+fn tools(gateway: &Gateway, tenant: &str, query: Option<&str>) -> Response<Body> {
     let format = param(query, "format").unwrap_or("json");
-    let registry = gateway.kernel().tools();
-    match api_of(format) {
-        Some(None) => json_response(
-            StatusCode::OK,
-            &Value::Array(registry.latest().map(|t| t.manifest().to_value()).collect()),
-        ),
-        Some(Some(api)) => {
-            let e = api.export(registry, gateway.names(), &ExportOptions::default());
-            json_response(StatusCode::OK, &Value::Array(e.definitions))
-        }
-        None => error(
+    let Some(api) = api_of(format) else {
+        return error(
             StatusCode::BAD_REQUEST,
             "bad-format",
             &format!("unknown format `{format}`"),
             None,
+        );
+    };
+    let all = gateway.kernel().tools();
+    let hidden = gateway.options().hidden.clone();
+    let visible =
+        |t: &crate::kernel::transport::Tool| !hidden.as_ref().is_some_and(|h| h(tenant, t.id()));
+    match api {
+        None => json_response(
+            StatusCode::OK,
+            &Value::Array(
+                all.latest()
+                    .filter(|t| visible(t))
+                    .map(|t| t.manifest().to_value())
+                    .collect(),
+            ),
         ),
+        Some(api) => {
+            let mut registry = crate::kernel::transport::ToolRegistry::new();
+            for t in all.iter().filter(|t| visible(t)) {
+                // Each tool comes from a registry that already took it: it cannot collide.
+                let _ = registry.insert_arc(t.clone());
+            }
+            let e = api.export(&registry, gateway.names(), &ExportOptions::default());
+            json_response(StatusCode::OK, &Value::Array(e.definitions))
+        }
     }
 }
 
@@ -385,7 +655,8 @@ fn plan(gateway: &Gateway, tenant: &str, doc: &Value) -> Response<Body> {
         Ok(b) => b,
         Err(r) => return *r,
     };
-    let plan = Plan::new(gateway.kernel().tools(), &Normalizers::default(), batch);
+    // The kernel's own normalizers (and the tenant's resources), as its calls would have.
+    let plan = gateway.kernel().plan(batch);
     if let Some((call, rejection)) = plan.first_rejection() {
         return error(
             StatusCode::BAD_REQUEST,
@@ -406,7 +677,7 @@ fn http_origin() -> BatchOrigin {
 }
 
 async fn run(
-    gateway: &Gateway,
+    gateway: &Arc<Gateway>,
     caller: Caller,
     query: Option<&str>,
     doc: &Value,

@@ -98,8 +98,10 @@ impl Metrics {
             .inc();
     }
 
-    /// A call of `tenant` ended with `r` (its batch started when it was submitted).
-    pub fn observe(&self, tenant: &str, r: &CallResult) {
+    /// A call of `tenant` ended with `r` (its batch started when it was submitted); `tool` is
+    /// its label: the tool's id when it is registered, else `unknown`, so that the names a
+    /// client sends never add series.
+    pub fn observe(&self, tenant: &str, tool: &str, r: &CallResult) {
         let t = TenantLabels {
             tenant: tenant.to_owned(),
         };
@@ -107,7 +109,7 @@ impl Metrics {
         self.calls
             .get_or_create(&CallLabels {
                 tenant: tenant.to_owned(),
-                tool: r.tool.clone(),
+                tool: tool.to_owned(),
                 status: r.status.to_string(),
             })
             .inc();
@@ -130,6 +132,98 @@ impl Metrics {
         let registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());
         let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
         out
+    }
+
+    /// The metrics one tenant may read: only the samples labelled with its tenant (the
+    /// gateway-wide ones, such as stalled connections, are the operator's), with every family's
+    /// description. `None`: everything.
+    pub fn encode_for(&self, tenant: Option<&str>) -> String {
+        let all = self.encode();
+        let Some(tenant) = tenant else {
+            return all;
+        };
+        let mut out = String::with_capacity(all.len());
+        for line in all.lines() {
+            let keep = line.starts_with('#') || tenant_label(line).as_deref() == Some(tenant);
+            if keep {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
+/// The value of the `tenant` label of a sample line (`name{a="x",tenant="t"} 1`), unescaped as
+/// the text format escapes it (`\\`, `\"`, `\n`); `None` for a sample without one.
+fn tenant_label(line: &str) -> Option<String> {
+    let open = line.find('{')?;
+    let mut rest = line[open + 1..].chars();
+    loop {
+        let name: String = rest.by_ref().take_while(|c| *c != '=').collect();
+        if rest.next() != Some('"') {
+            return None;
+        }
+        let mut value = String::new();
+        loop {
+            match rest.next()? {
+                '"' => break,
+                '\\' => match rest.next()? {
+                    'n' => value.push('\n'),
+                    c => value.push(c),
+                },
+                c => value.push(c),
+            }
+        }
+        if name.trim() == "tenant" {
+            return Some(value);
+        }
+        match rest.next()? {
+            ',' => continue,
+            _ => return None,
+        }
+    }
+}
+
+/// A batch's calls in the in-flight gauge: each leaves it when it is observed ended, and those
+/// never observed (a defect, or a task that panicked) leave it when the guard drops, so the
+/// gauge never counts a call that is gone.
+pub(crate) struct InFlightCalls {
+    metrics: std::sync::Arc<Metrics>,
+    tenant: String,
+    left: usize,
+}
+
+impl InFlightCalls {
+    /// `n` calls of `tenant` were submitted.
+    pub(crate) fn started(metrics: std::sync::Arc<Metrics>, tenant: &str, n: usize) -> Self {
+        for _ in 0..n {
+            metrics.started(tenant);
+        }
+        InFlightCalls {
+            metrics,
+            tenant: tenant.to_owned(),
+            left: n,
+        }
+    }
+
+    /// One of them ended with `r`.
+    pub(crate) fn ended(&mut self, tool: &str, r: &CallResult) {
+        if self.left > 0 {
+            self.left -= 1;
+            self.metrics.observe(&self.tenant, tool, r);
+        }
+    }
+}
+
+impl Drop for InFlightCalls {
+    fn drop(&mut self) {
+        let g = self.metrics.in_flight.get_or_create(&TenantLabels {
+            tenant: std::mem::take(&mut self.tenant),
+        });
+        for _ in 0..self.left {
+            g.dec();
+        }
     }
 }
 

@@ -30,11 +30,12 @@ mod metrics;
 mod trace;
 mod watch;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use dashmap::DashMap;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
@@ -81,9 +82,12 @@ pub enum ServeError {
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct GatewayOptions {
-    /// sha256 (lowercase hex) of each bearer token -> its tenant. Empty: no tokens, every
-    /// request is `default_tenant` (loopback only; the CLI enforces that).
+    /// sha256 (lowercase hex) of each bearer token -> its tenant. Empty (and no operators): no
+    /// tokens, every request is `default_tenant` (loopback only; the CLI enforces that).
     pub tokens: HashMap<String, String>,
+    /// sha256 (lowercase hex) of each operator token: it reads every tenant's series on
+    /// `/metrics` (a tenant's token reads only its own) and runs nothing.
+    pub operators: HashSet<String>,
     /// The tenant of every request when there are no tokens, and of a stdio session.
     pub default_tenant: String,
     /// The largest request body taken (413 beyond; default 4 MiB).
@@ -114,6 +118,7 @@ impl std::fmt::Debug for GatewayOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GatewayOptions")
             .field("tenants", &self.tokens.len())
+            .field("operators", &self.operators.len())
             .field("default_tenant", &self.default_tenant)
             .field("max_body", &self.max_body)
             .field("drain_timeout", &self.drain_timeout)
@@ -130,6 +135,7 @@ impl Default for GatewayOptions {
     fn default() -> Self {
         GatewayOptions {
             tokens: HashMap::new(),
+            operators: HashSet::new(),
             default_tenant: "default".into(),
             max_body: 4 << 20,
             drain_timeout: Duration::from_secs(30),
@@ -143,10 +149,27 @@ impl Default for GatewayOptions {
 }
 
 impl GatewayOptions {
-    /// Sets the tokens (sha256 hex -> tenant).
+    /// Sets the tenants' tokens (sha256 hex -> tenant).
     pub fn with_tokens(mut self, tokens: HashMap<String, String>) -> Self {
         self.tokens = tokens;
         self
+    }
+
+    /// Sets the operator tokens (sha256 hex): they read all of `/metrics` and run nothing.
+    pub fn with_operators(mut self, operators: HashSet<String>) -> Self {
+        self.operators = operators;
+        self
+    }
+
+    /// Sets the tenants' and the operators' tokens as a token file gives them.
+    pub fn with_token_file(self, file: TokenFile) -> Self {
+        self.with_tokens(file.tenants)
+            .with_operators(file.operators)
+    }
+
+    /// Whether requests must carry a token.
+    pub fn requires_tokens(&self) -> bool {
+        !self.tokens.is_empty() || !self.operators.is_empty()
     }
 
     /// Sets the default tenant.
@@ -199,8 +222,19 @@ impl GatewayOptions {
     }
 }
 
-/// Reads a token file: `{"tokens": [{"sha256": "<hex>", "tenant": "acme"}]}`.
-pub fn read_tokens(path: &std::path::Path) -> Result<HashMap<String, String>, ServeError> {
+/// What a token file holds: each tenant's tokens, and the operators' (by their sha256).
+#[derive(Debug, Clone, Default)]
+pub struct TokenFile {
+    /// sha256 (lowercase hex) -> tenant.
+    pub tenants: HashMap<String, String>,
+    /// sha256 (lowercase hex) of each operator token.
+    pub operators: HashSet<String>,
+}
+
+/// Reads a token file: `{"tokens": [{"sha256": "<hex>", "tenant": "acme"}, {"sha256": "<hex>",
+/// "operator": true}]}`. A token is a tenant's or an operator's, never both; one sha256 is listed
+/// once.
+pub fn read_tokens(path: &std::path::Path) -> Result<TokenFile, ServeError> {
     let fail = |why: String| ServeError::Tokens {
         path: path.display().to_string(),
         why,
@@ -211,22 +245,47 @@ pub fn read_tokens(path: &std::path::Path) -> Result<HashMap<String, String>, Se
         .get("tokens")
         .and_then(Value::as_array)
         .ok_or_else(|| fail("`/tokens` must be an array".into()))?;
-    let mut out = HashMap::new();
+    let mut out = TokenFile::default();
     for (i, t) in list.iter().enumerate() {
         let hash = t.get("sha256").and_then(Value::as_str).unwrap_or("");
-        let tenant = t.get("tenant").and_then(Value::as_str).unwrap_or("");
         if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(fail(format!(
                 "`/tokens/{i}/sha256` must be the 64 hex digits of the token's sha256 (the file \
                  never holds a token in the clear)"
             )));
         }
-        if tenant.is_empty() {
+        let hash = hash.to_ascii_lowercase();
+        if out.tenants.contains_key(&hash) || out.operators.contains(&hash) {
             return Err(fail(format!(
-                "`/tokens/{i}/tenant` must be a non-empty string"
+                "`/tokens/{i}/sha256` is listed twice: a token belongs to one tenant or operator"
             )));
         }
-        out.insert(hash.to_ascii_lowercase(), tenant.to_owned());
+        let operator = match t.get("operator") {
+            None | Some(Value::Bool(false)) => false,
+            Some(Value::Bool(true)) => true,
+            Some(_) => return Err(fail(format!("`/tokens/{i}/operator` must be a boolean"))),
+        };
+        match (t.get("tenant"), operator) {
+            (Some(_), true) => {
+                return Err(fail(format!(
+                    "`/tokens/{i}`: an operator token has no tenant (it reads `/metrics` and runs \
+                     nothing); give the tenant a token of its own"
+                )))
+            }
+            (None, true) => {
+                out.operators.insert(hash);
+            }
+            (tenant, false) => {
+                let tenant = tenant.and_then(Value::as_str).unwrap_or("");
+                if tenant.is_empty() {
+                    return Err(fail(format!(
+                        "`/tokens/{i}/tenant` must be a non-empty string (or the entry \
+                         `\"operator\": true`)"
+                    )));
+                }
+                out.tenants.insert(hash, tenant.to_owned());
+            }
+        }
     }
     Ok(out)
 }
@@ -242,7 +301,7 @@ pub struct Gateway {
     kernel: Kernel,
     names: ToolNames,
     options: GatewayOptions,
-    metrics: Metrics,
+    metrics: Arc<Metrics>,
     draining: AtomicBool,
     in_flight: AtomicUsize,
     sessions: AtomicUsize,
@@ -252,6 +311,9 @@ pub struct Gateway {
     /// Calls that answered `input_required` (`--approve elicit`, MCP 2026-07-28) and wait for
     /// their client's retry.
     asks: elicit::PendingAsks,
+    /// Each MCP session's tenant, by its `Mcp-Session-Id`: every request naming a session is
+    /// refused unless it comes from the session's tenant.
+    session_tenants: DashMap<String, String>,
 }
 
 impl Gateway {
@@ -262,13 +324,14 @@ impl Gateway {
             kernel,
             names,
             options,
-            metrics: Metrics::new(),
+            metrics: Arc::new(Metrics::new()),
             draining: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             sessions: AtomicUsize::new(0),
             idle: Notify::new(),
             abort: CancellationToken::new(),
             asks: elicit::PendingAsks::default(),
+            session_tenants: DashMap::new(),
         })
     }
 
@@ -287,14 +350,52 @@ impl Gateway {
         &self.metrics
     }
 
-    /// The tenant of a bearer token (`None`: no such token). Without tokens, every request is
-    /// the default tenant.
+    /// The tenant of a bearer token (`None`: no such token, or an operator's). Without tokens,
+    /// every request is the default tenant.
     pub fn tenant_of(&self, authorization: Option<&str>) -> Option<String> {
-        if self.options.tokens.is_empty() {
-            return Some(self.options.default_tenant.clone());
+        match self.principal_of(authorization)? {
+            Principal::Tenant(t) => Some(t),
+            Principal::Operator => None,
+        }
+    }
+
+    /// Who a request's `Authorization` header names (`None`: nobody the gateway knows). Without
+    /// tokens, every request is the default tenant.
+    pub fn principal_of(&self, authorization: Option<&str>) -> Option<Principal> {
+        if !self.options.requires_tokens() {
+            return Some(Principal::Tenant(self.options.default_tenant.clone()));
         }
         let token = authorization?.strip_prefix("Bearer ")?.trim();
-        self.options.tokens.get(&token_hash(token)).cloned()
+        let hash = token_hash(token);
+        if self.options.operators.contains(&hash) {
+            return Some(Principal::Operator);
+        }
+        self.options
+            .tokens
+            .get(&hash)
+            .cloned()
+            .map(Principal::Tenant)
+    }
+
+    /// The tenant of an MCP session (`None`: the gateway opened no session of that id, or it
+    /// has ended).
+    pub fn session_tenant(&self, session: &str) -> Option<String> {
+        self.session_tenants.get(session).map(|t| t.clone())
+    }
+
+    /// A session was opened for `tenant`; sessions that rmcp has closed since (idle ones) are
+    /// forgotten now and then, `live` saying which still are.
+    pub(crate) fn session_opened(&self, session: &str, tenant: &str, live: impl Fn(&str) -> bool) {
+        self.session_tenants
+            .insert(session.to_owned(), tenant.to_owned());
+        if self.session_tenants.len() > 2 * self.sessions() + 64 {
+            self.session_tenants.retain(|id, _| live(id));
+        }
+    }
+
+    /// A session ended.
+    pub(crate) fn session_closed(&self, session: &str) {
+        self.session_tenants.remove(session);
     }
 
     /// How many MCP sessions are open.
@@ -343,17 +444,11 @@ impl Gateway {
         }
     }
 
-    /// Counts a unit of work in flight until the guard drops.
-    fn enter(&self) -> InFlight<'_> {
-        self.in_flight.fetch_add(1, Ordering::SeqCst);
-        InFlight(self)
-    }
-
     /// Runs one MCP `tools/call` as its own batch in the tenant's conflict domain. `name` is the
     /// MCP tool name; `None` when no tool has it (the caller answers -32602). A submission the
     /// kernel refuses is an `internal` result.
     pub async fn call(
-        &self,
+        self: &Arc<Self>,
         caller: Caller,
         call_id: &str,
         name: &str,
@@ -376,17 +471,17 @@ impl Gateway {
     /// Runs a batch in its tenant's conflict domain (the caller's tenant must be the batch's),
     /// counted in flight and in the metrics, its provenance batch record naming the caller's
     /// origin; the caller's cancellation or a drain that gives up cancels it.
+    ///
+    /// The batch is carried by a task of its own, so that a caller who goes away (an HTTP client
+    /// that hangs up: its request's future is dropped) cancels it, and its calls still end, are
+    /// counted and leave the in-flight gauge right; the task ends with the batch.
     pub async fn run_batch(
-        &self,
+        self: &Arc<Self>,
         batch: crate::kernel::Batch,
         caller: Caller,
     ) -> crate::kernel::Result<crate::kernel::BatchResult> {
-        let _flight = self.enter();
         let began = SystemTime::now();
         let tenant = batch.tenant.clone();
-        for _ in &batch.calls {
-            self.metrics.started(&tenant);
-        }
         let mut options = BatchOptions::default().with_origin(caller.origin);
         if let Some(a) = caller.approver {
             options = options.with_approver(a);
@@ -399,6 +494,9 @@ impl Gateway {
             scope.batch = handle.id().to_owned();
             watch.set_scope(scope);
         }
+        let flight = OwnedFlight::enter(self.clone());
+        let mut gauge =
+            metrics::InFlightCalls::started(self.metrics.clone(), &tenant, batch.calls.len());
         for call in batch.calls {
             handle.submit(call)?;
         }
@@ -406,25 +504,60 @@ impl Gateway {
         let batch_cancel = handle.cancellation_token();
         let abort = self.abort.clone();
         let cancel = caller.cancel;
-        let watcher = tokio::spawn(async move {
-            tokio::select! {
-                _ = cancel.cancelled() => {}
-                _ = abort.cancelled() => {}
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
+        let gateway = self.clone();
+        let traced = self.options.telemetry.is_some();
+        tokio::spawn(async move {
+            let collect = async move {
+                // Spans end as their calls do, not when the batch does.
+                if traced {
+                    while let Some(r) = handle.next_completion().await {
+                        watch.finish(&r, began);
+                    }
+                }
+                handle.finish().await
+            };
+            tokio::pin!(collect);
+            let mut tx = tx;
+            let result = tokio::select! {
+                r = &mut collect => r,
+                _ = async {
+                    tokio::select! {
+                        _ = cancel.cancelled() => {}
+                        _ = abort.cancelled() => {}
+                        _ = tx.closed() => {}
+                    }
+                } => {
+                    batch_cancel.cancel();
+                    collect.await
+                }
+            };
+            for r in &result.results {
+                gauge.ended(gateway.known_tool(&r.tool), r);
             }
-            batch_cancel.cancel();
+            drop(gauge);
+            // The answer is handed over before the batch stops counting as in flight, so a
+            // drain that sees none in flight finds every answer already with its connection.
+            let _ = tx.send(result);
+            drop(flight);
         });
-        // Spans end as their calls do, not when the batch does.
-        if self.options.telemetry.is_some() {
-            while let Some(r) = handle.next_completion().await {
-                watch.finish(&r, began);
-            }
+        match (&mut rx).await {
+            Ok(result) => Ok(result),
+            // The task panicked (a defect): its calls were cancelled with it.
+            Err(_) => Err(crate::kernel::Error::Poisoned {
+                what: "the gateway's batch task",
+            }),
         }
-        let result = handle.finish().await;
-        watcher.abort();
-        for r in &result.results {
-            self.metrics.observe(&tenant, r);
+    }
+
+    /// The tool's id when it is registered, else `unknown` (a metrics label: the tools a client
+    /// names never add series).
+    fn known_tool<'a>(&self, id: &'a str) -> &'a str {
+        if self.kernel.tools().get(id).is_some() {
+            id
+        } else {
+            "unknown"
         }
-        Ok(result)
     }
 
     /// The tool (`id` or `id@version`) an MCP tool name names, if any.
@@ -483,10 +616,26 @@ impl std::fmt::Debug for Caller {
     }
 }
 
-/// A unit of work in flight; dropping it may wake a drain.
-struct InFlight<'a>(&'a Gateway);
+/// Who a request is, by its token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    /// A tenant: its calls, its sessions, its series.
+    Tenant(String),
+    /// An operator: every tenant's series on `/metrics`, and nothing else.
+    Operator,
+}
 
-impl Drop for InFlight<'_> {
+/// A batch in flight, counted until the guard drops (then it may wake a drain).
+struct OwnedFlight(Arc<Gateway>);
+
+impl OwnedFlight {
+    fn enter(gateway: Arc<Gateway>) -> Self {
+        gateway.in_flight.fetch_add(1, Ordering::SeqCst);
+        OwnedFlight(gateway)
+    }
+}
+
+impl Drop for OwnedFlight {
     fn drop(&mut self) {
         if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.0.idle.notify_waiters();

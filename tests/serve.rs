@@ -242,8 +242,7 @@ async fn tokens_name_tenants_and_the_batch_api_speaks_the_clis_shapes() {
     assert_eq!(v["results"][0]["status"], "ok");
     assert_eq!(v["results"][0]["version"], "1.0.0");
     assert!(v["makespan_ms"].is_number());
-    // The built-in store is one per process; tenants are separate conflict domains. The other
-    // tenant's batch naming alpha is refused.
+    // A batch of one tenant naming another is refused (tests/serve_tenancy.rs: data apart).
     let foreign = json!({"tenant": "alpha", "calls": []});
     let r = post("/v1/run", Some("beta-secret"), foreign.to_string())
         .await

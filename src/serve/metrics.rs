@@ -232,3 +232,31 @@ impl Default for Metrics {
         Self::new()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::tenant_label;
+
+    #[test]
+    fn the_tenant_label_is_read_wherever_it_stands_and_unescaped() {
+        let cases = [
+            (r#"sluice_calls_in_flight{tenant="acme"} 1"#, Some("acme")),
+            (
+                r#"sluice_calls_total{tenant="a,b",tool="x",status="ok"} 1"#,
+                Some("a,b"),
+            ),
+            (
+                r#"sluice_call_wait_seconds_bucket{le="0.5",tenant="zeta"} 3"#,
+                Some("zeta"),
+            ),
+            (r#"m{tool="tenant=\"acme\"",tenant="zeta"} 1"#, Some("zeta")),
+            (r#"m{tenant="say \"hi\"\\\n"} 1"#, Some("say \"hi\"\\\n")),
+            (r#"m{tool="acme"} 1"#, None),
+            ("sluice_http_stalled_connections_total 0", None),
+            (r#"m{tenant="unterminated} 1"#, None),
+        ];
+        for (line, want) in cases {
+            assert_eq!(tenant_label(line).as_deref(), want, "{line}");
+        }
+    }
+}

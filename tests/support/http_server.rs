@@ -11,7 +11,9 @@
 //! - `/text` — 200 `not json`; `/empty` — 200 with no body; `/redirect` — 302 to `/echo`;
 //! - `/big/<n>` — 200 with a JSON string body of `n` bytes and its length; `/bigchunked/<n>` —
 //!   the same, chunked (no length announced);
-//! - `/away/<port>` — 302 to the same path on 127.0.0.1:`port`.
+//! - `/away/<port>` — 302 to the same path on 127.0.0.1:`port`;
+//! - `/incr/<key>` — a counter that loses updates unless its callers take turns: reads the
+//!   count, waits 20 ms, stores the count read plus one and answers `{"count": n}`.
 //!
 //! Every accepted connection is counted too (`connections`), request or not.
 #![allow(dead_code, unreachable_pub)]
@@ -48,11 +50,19 @@ pub struct Server {
     pub addr: std::net::SocketAddr,
     pub seen: Arc<Mutex<Vec<Seen>>>,
     pub connections: Arc<std::sync::atomic::AtomicUsize>,
+    pub counters: Counters,
 }
+
+/// The `/incr/<key>` counts.
+pub type Counters = Arc<Mutex<std::collections::HashMap<String, i64>>>;
 
 impl Server {
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
+    }
+    /// What `/incr/<key>` has counted to.
+    pub fn count(&self, key: &str) -> i64 {
+        self.counters.lock().unwrap().get(key).copied().unwrap_or(0)
     }
     pub fn requests(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
@@ -71,15 +81,17 @@ pub async fn start() -> Server {
     let s = seen.clone();
     let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = connections.clone();
+    let counters = Counters::default();
+    let c = counters.clone();
     tokio::spawn(async move {
         loop {
             let Ok((sock, _)) = listener.accept().await else {
                 return;
             };
             counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let (s, barrier) = (s.clone(), barrier.clone());
+            let (s, barrier, c) = (s.clone(), barrier.clone(), c.clone());
             tokio::spawn(async move {
-                let _ = serve(sock, s, barrier).await;
+                let _ = serve(sock, s, barrier, c).await;
             });
         }
     });
@@ -87,6 +99,7 @@ pub async fn start() -> Server {
         addr,
         seen,
         connections,
+        counters,
     }
 }
 
@@ -94,6 +107,7 @@ async fn serve(
     sock: tokio::net::TcpStream,
     seen: Arc<Mutex<Vec<Seen>>>,
     barrier: Arc<(Mutex<usize>, tokio::sync::Notify)>,
+    counters: Counters,
 ) -> std::io::Result<()> {
     sock.set_nodelay(true)?;
     let mut r = BufReader::new(sock);
@@ -158,6 +172,15 @@ async fn serve(
                     Err(_) => (504, "the barrier was never reached".into(), String::new()),
                 }
             }
+        } else if let Some(key) = path.strip_prefix("/incr/") {
+            let read = counters.lock().unwrap().get(key).copied().unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            counters.lock().unwrap().insert(key.to_owned(), read + 1);
+            (
+                200,
+                serde_json::json!({"count": read + 1}).to_string(),
+                String::new(),
+            )
         } else if path == "/text" {
             (200, "not json".into(), String::new())
         } else if path == "/empty" {

@@ -110,9 +110,11 @@ fn native_and_spec(
     Ok(resolved)
 }
 
-/// The same tool, carried out by `handler`.
+/// The same tool, carried out by `handler`: still the remote service it was (its tenant scope
+/// is kept, not re-derived as a native handler's).
 fn with_handler(t: &Tool, handler: Arc<dyn Handler>) -> Result<Arc<Tool>> {
-    let tool = Tool::new((**t.manifest()).clone(), t.source().clone(), Some(handler))?;
+    let tool = Tool::new((**t.manifest()).clone(), t.source().clone(), Some(handler))?
+        .with_scope(t.scope());
     Ok(Arc::new(tool))
 }
 

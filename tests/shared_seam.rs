@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use sluice::kernel::order::shared::{AdmitRequest, Admitted, SharedDomain, SharedFuture};
+use sluice::kernel::order::shared::{AdmitRequest, Admitted, Refusal, SharedDomain, SharedFuture};
 use sluice::kernel::run::{BatchHandle, Kernel};
 use sluice::kernel::transport::{handler, ToolContext};
 use sluice::kernel::{Call, Status};
@@ -41,7 +41,7 @@ impl Scripted {
 }
 
 impl SharedDomain for Scripted {
-    fn admit(&self, request: AdmitRequest) -> SharedFuture<Result<Admitted, String>> {
+    fn admit(&self, request: AdmitRequest) -> SharedFuture<Result<Admitted, Refusal>> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let ticket = {
             let mut s = self.script();

@@ -228,11 +228,15 @@ pub enum ErrorCode {
     NotANumber,
     /// `path-escapes-root`: a built-in file tool was given a path outside its root.
     PathEscapesRoot,
+    /// `provenance-unavailable`: the provenance log must keep every call (durable) and cannot
+    /// now (its database is unreachable, or the tenant's chain is damaged), so the call does not
+    /// run.
+    ProvenanceUnavailable,
 }
 
 impl ErrorCode {
     /// Every code, in declaration order.
-    pub const ALL: [ErrorCode; 28] = [
+    pub const ALL: [ErrorCode; 29] = [
         ErrorCode::UnknownTool,
         ErrorCode::InvalidInput,
         ErrorCode::InvalidOutput,
@@ -261,6 +265,7 @@ impl ErrorCode {
         ErrorCode::Io,
         ErrorCode::NotANumber,
         ErrorCode::PathEscapesRoot,
+        ErrorCode::ProvenanceUnavailable,
     ];
 
     /// The code as results and the provenance log spell it.
@@ -294,6 +299,7 @@ impl ErrorCode {
             ErrorCode::Io => "io",
             ErrorCode::NotANumber => "not-a-number",
             ErrorCode::PathEscapesRoot => "path-escapes-root",
+            ErrorCode::ProvenanceUnavailable => "provenance-unavailable",
         }
     }
 

@@ -174,6 +174,13 @@ pub trait ProvenanceSink: Send + Sync + 'static {
     fn enabled(&self) -> bool {
         true
     }
+
+    /// Whether the sink can keep `tenant`'s records now, for a sink that must keep every call's
+    /// (durable): while it says no, the kernel starts none of the tenant's calls (they end
+    /// `provenance-unavailable`: no tool runs unrecorded). Default: always yes.
+    fn available(&self, _tenant: &str) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// The default sink: keeps nothing.

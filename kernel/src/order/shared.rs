@@ -54,14 +54,34 @@ impl std::fmt::Debug for Admitted {
     }
 }
 
+/// Why a shared domain did not admit a call: the call does not run either way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The domain cannot admit now (its database is unreachable, its lease lapsed, it was
+    /// closed): the call ends `domain-unavailable` (fail closed).
+    Unavailable(String),
+    /// The domain cannot hold this call as given (a call id, tool or resource the store cannot
+    /// keep, such as one with a NUL): the call alone ends `invalid-input`; the calls admitted
+    /// with it are not affected.
+    Invalid(String),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Unavailable(why) | Refusal::Invalid(why) => f.write_str(why),
+        }
+    }
+}
+
 /// A conflict domain shared by processes.
 pub trait SharedDomain: Send + Sync + 'static {
     /// Admits a call: called synchronously, in the order the process's calls entered the
     /// tenant's local domain (admissions must keep that order: a call enqueues its admission
     /// before this returns), while the kernel holds that tenant's local lock — so it must not
     /// block; the future answers once the call is admitted, or with why it cannot be (the
-    /// database is unreachable: the call does not run).
-    fn admit(&self, request: AdmitRequest) -> SharedFuture<Result<Admitted, String>>;
+    /// database is unreachable, or cannot hold this call: the call does not run).
+    fn admit(&self, request: AdmitRequest) -> SharedFuture<Result<Admitted, Refusal>>;
 
     /// The call ended (ran or not; `failed` for `skip-dependents`): its successors may go.
     /// Answers once that is recorded. The kernel calls it once the provenance sink has answered

@@ -36,7 +36,7 @@ use crate::order::domain::{
     Commons, CommonsPlace, DomainRef, IndexPanicked, Inserted, Owner, Readiness, TenantDomain,
     Upstream,
 };
-use crate::order::shared::{AdmitRequest, Admitted, SharedDomain, SharedFuture};
+use crate::order::shared::{AdmitRequest, Admitted, Refusal, SharedDomain, SharedFuture};
 use crate::order::PreparedCall;
 use crate::provenance::EdgeRecord;
 use crate::transport::TenantScope;
@@ -273,7 +273,7 @@ async fn run_ordered(
     place: Place,
     mut ready: Readiness,
     edges: Vec<EdgeRecord>,
-    admission: Option<SharedFuture<Result<Admitted, String>>>,
+    admission: Option<SharedFuture<Result<Admitted, Refusal>>>,
 ) -> CallResult {
     let cancel = job.batch.cancel.clone();
     // Dropping it (the call ends without an answer) abandons the ask.
@@ -327,7 +327,7 @@ async fn run_ordered(
                 };
                 match waited {
                     Some(Ok(failed)) => shared_failed = failed,
-                    Some(Err(why)) => refused = Some(why),
+                    Some(Err(why)) => refused = Some(Refusal::Unavailable(why)),
                     None => {
                         // The settling task releases it, after its predecessors there.
                         job.fencing = None;
@@ -354,11 +354,11 @@ async fn run_ordered(
     let upstream = Upstream {
         failed: upstream.failed.or(shared_failed),
     };
-    let outcome = if let Some(why) = refused {
+    let outcome = if let Some(refusal) = refused {
         drop(ask);
         let message = format!(
             "call `{}` ({}) was not admitted by the shared conflict domain {}, so it does not \
-             run: {why}",
+             run: {refusal}",
             job.prepared.call.id,
             job.prepared.call.tool,
             job.kernel()
@@ -367,7 +367,11 @@ async fn run_ordered(
                 .map(|d| d.describe())
                 .unwrap_or_default()
         );
-        Outcome::fail(Status::Error, ErrorCode::DomainUnavailable, message)
+        let code = match refusal {
+            Refusal::Unavailable(_) => ErrorCode::DomainUnavailable,
+            Refusal::Invalid(_) => ErrorCode::InvalidInput,
+        };
+        Outcome::fail(Status::Error, code, message)
     } else {
         match approval::answer(&mut job, ask, &cancel).await {
             Some(o) => o,
@@ -379,7 +383,19 @@ async fn run_ordered(
                     );
                     Outcome::fail(Status::Skipped, ErrorCode::Skipped, message)
                 }
-                _ => Box::pin(invoke(&mut job, &cancel)).await,
+                _ => match job.kernel().sink.available(&job.batch.tenant) {
+                    // No tool runs unrecorded where the log must keep every call.
+                    Err(why) => Outcome::fail(
+                        Status::Error,
+                        ErrorCode::ProvenanceUnavailable,
+                        format!(
+                            "call `{}` ({}) did not run: the provenance log cannot keep its \
+                             record now: {why}",
+                            job.prepared.call.id, job.prepared.call.tool
+                        ),
+                    ),
+                    Ok(()) => Box::pin(invoke(&mut job, &cancel)).await,
+                },
             },
         }
     };
@@ -422,7 +438,7 @@ async fn released_shared(release: Option<SharedFuture<Result<(), String>>>) {
 /// A call that will not run, handed to the shared domain: it keeps its place there until its
 /// predecessors there are done, then releases (release after predecessors), in the background.
 /// It counts as failed there, as it does in its own process's domain (`skip-dependents`).
-fn settle_shared(job: &CallJob, admission: Option<SharedFuture<Result<Admitted, String>>>) {
+fn settle_shared(job: &CallJob, admission: Option<SharedFuture<Result<Admitted, Refusal>>>) {
     let (Some(d), Some(admission)) = (job.kernel().shared.clone(), admission) else {
         return;
     };
@@ -463,7 +479,7 @@ async fn settle(
 struct Entered {
     inserted: Inserted,
     commons: Option<CommonsPlace>,
-    admission: Option<SharedFuture<Result<Admitted, String>>>,
+    admission: Option<SharedFuture<Result<Admitted, Refusal>>>,
 }
 
 /// Stage 3 under the tenant's lock (`local`): a call of a tool shared between tenants enters

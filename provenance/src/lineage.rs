@@ -156,6 +156,62 @@ impl LastWriters {
         }
     }
 
+    /// One tenant's entries, as (resource, batch, call): what a store keeps so that a process
+    /// can pick lineage up without reading the tenant's whole log ([`LastWriters::restore`]).
+    pub fn entries(&self, tenant: &str) -> Vec<(String, String, String)> {
+        let Some(t) = self.tenants.get(tenant) else {
+            return Vec::new();
+        };
+        let row = |r: &str, w: &Writer| (r.to_owned(), w.batch.to_string(), w.call.to_string());
+        t.exact
+            .iter()
+            .map(|(r, w)| row(r, w))
+            .chain(t.wild.iter().map(|(_, r, w)| row(r, w)))
+            .collect()
+    }
+
+    /// The last writer (batch, call) of exactly `resource`, as written (its text).
+    pub fn writer_of(&self, tenant: &str, resource: &str) -> Option<(String, String)> {
+        let t = self.tenants.get(tenant)?;
+        t.exact
+            .get(resource)
+            .or_else(|| {
+                t.wild
+                    .iter()
+                    .find(|(_, text, _)| &**text == resource)
+                    .map(|(_, _, w)| w)
+            })
+            .map(|w| (w.batch.to_string(), w.call.to_string()))
+    }
+
+    /// Forgets one tenant's entries (before [`LastWriters::restore`]-ing them from a store).
+    pub fn forget(&mut self, tenant: &str) {
+        self.tenants.remove(tenant);
+    }
+
+    /// Puts back one entry that [`LastWriters::entries`] gave; a resource that is not a pattern
+    /// is skipped.
+    pub fn restore(&mut self, tenant: &str, resource: &str, batch: &str, call: &str) {
+        let writer = Writer {
+            batch: Arc::from(batch),
+            call: Arc::from(call),
+        };
+        let t = self.tenants.entry(Box::from(tenant)).or_default();
+        if let Some(key) = exact_key(resource) {
+            t.exact.insert(Box::from(key), writer);
+            return;
+        }
+        let Ok(p) = Pattern::parse(resource) else {
+            return;
+        };
+        match p.as_exact() {
+            Some(key) => {
+                t.exact.insert(Box::from(key), writer);
+            }
+            None => t.wild.push((p, Box::from(resource), writer)),
+        }
+    }
+
     /// Takes a call's writes in: it becomes the last writer of each resource it wrote, and the
     /// entries its writes contain are superseded.
     pub fn apply(&mut self, call: &CallRecord) {
@@ -209,6 +265,29 @@ impl LastWriters {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entries_restored_give_the_same_edges() {
+        let mut lw = LastWriters::new();
+        lw.apply(&call("b1", "w1", &[("write", "fs:/a/x")]));
+        lw.apply(&call("b1", "w2", &[("write", "fs:/b/*")]));
+        let mut back = LastWriters::new();
+        for (r, b, c) in lw.entries("t") {
+            back.restore("t", &r, &b, &c);
+        }
+        let reader = call("b9", "r", &[("read", "fs:/a/x"), ("read", "fs:/b/y")]);
+        assert_eq!(
+            back.edges_for(&reader, std::iter::empty()),
+            lw.edges_for(&reader, std::iter::empty())
+        );
+        assert_eq!(back.edges_for(&reader, std::iter::empty()).len(), 2);
+        assert_eq!(
+            back.writer_of("t", "fs:/b/*"),
+            Some(("b1".to_owned(), "w2".to_owned()))
+        );
+        back.forget("t");
+        assert!(back.is_empty());
+    }
     use sluice_kernel::provenance::AccessRecord;
     use sluice_kernel::Status;
 

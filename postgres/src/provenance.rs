@@ -8,20 +8,30 @@
 //!
 //! One task per process writes, with group commit: it takes every group queued, and in one
 //! transaction, per tenant in name order (so that two processes never wait for each other's
-//! locks in a cycle), takes the tenant's advisory lock, reads the rows other processes appended
-//! since its last look — checking them as a reader would and taking their writes into its last
-//! writers, which is how lineage crosses processes — then adds its groups, each call preceded
-//! by the `read-after-write` edges it gets from earlier writers of other batches, wherever they
-//! ran. A group is acknowledged once the transaction has committed (`durable`: PostgreSQL's
-//! `synchronous_commit`, so on disk; `buffered`: `synchronous_commit = off`).
+//! locks in a cycle), takes the tenant's advisory lock, catches up with what other processes
+//! appended since its last look — checking those rows as a reader would and taking their writes
+//! into its last writers, which is how lineage crosses processes — then adds its groups, each
+//! call preceded by the `read-after-write` edges it gets from earlier writers of other batches,
+//! wherever they ran. A group is acknowledged once the transaction has committed (`durable`:
+//! PostgreSQL's `synchronous_commit`, so on disk; `buffered`: `synchronous_commit = off`).
 //!
-//! A commit that fails (the database went away, a statement was refused) refuses its groups and
-//! every later one, with the reason: the sink takes nothing more until the process opens it
-//! again, as the file log does — a gap would make the chain lie by omission.
+//! Bounded work: a tenant's last writers are also kept in `sluice_last_writers` (one row per
+//! written resource, in the same transaction as the lines), so a process that knows nothing of a
+//! tenant yet — or has fallen more than [`CATCH_UP`] rows behind — reads the chain's last two rows
+//! (checking the link between them) and that table, never the whole chain.
+//!
+//! Faults: a commit that fails refuses its groups (their calls report `recorded: false`) and
+//! makes the writer forget what it knew of their tenants (it reads them again next time: a
+//! commit whose answer was lost may have happened). A connection that fails is replaced on the
+//! next group, or within a second while nothing is queued. A tenant whose chain is damaged is
+//! refused alone; the other tenants are still recorded. Under `durable`,
+//! [`ProvenanceSink::available`] says no while the database is unreachable or the tenant's
+//! chain is damaged, so the kernel starts none of those calls (no tool runs unrecorded).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use sluice_kernel::provenance::{ProvenanceSink, Record, RecordFuture};
@@ -29,22 +39,37 @@ use sluice_provenance::chain::{self, sha256_hex, GENESIS};
 use sluice_provenance::lineage::LastWriters;
 use sluice_provenance::{Checker, Durability, LogSource, ProvenanceError, Scanned};
 use tokio::sync::{mpsc, oneshot};
-use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
 
-use crate::{connect_one, migrate, redact_url, ConnectionTask, PgError};
+use crate::connection::{refused_by_server, schema_of, why, ConnectionTask, Names, Target};
+use crate::{migrate, redact_url, PgError, PgOptions};
 
-/// The advisory lock key space of a tenant's provenance appends (admissions use
-/// [`crate::ADMIT_LOCK_SEED`]).
+/// The advisory lock key space of a tenant's provenance appends (admissions use their own).
 const LOCK_SEED: i64 = 7263;
 
 /// Most groups in one commit.
 const MAX_GROUPS: usize = 1024;
 
+/// Most rows of other processes a writer reads to catch up with a tenant; further behind, it
+/// reads the head and the last writers instead.
+pub(crate) const CATCH_UP: i64 = 1000;
+
+/// The `sluice_last_writers` row that says a tenant's index is complete (a chain written before
+/// the index existed has none: it is built once, by one full read).
+const INDEXED: &str = "";
+
 enum Message {
     Append(Vec<Record>, oneshot::Sender<Result<u64, String>>),
     Flush(oneshot::Sender<Result<(), String>>),
     Close(oneshot::Sender<()>),
+}
+
+/// What the writer tells the handle: why the database cannot be written now, and which
+/// tenants' chains are damaged.
+#[derive(Default)]
+struct Status {
+    down: Option<String>,
+    damaged: HashMap<String, String>,
 }
 
 /// The shared provenance log of every process pointing at one database (see the module docs).
@@ -67,6 +92,8 @@ enum Message {
 /// ```
 pub struct PgProvenance {
     url: String,
+    durability: Durability,
+    status: Arc<Mutex<Status>>,
     tx: mpsc::UnboundedSender<Message>,
 }
 
@@ -74,15 +101,82 @@ impl std::fmt::Debug for PgProvenance {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PgProvenance")
             .field("url", &self.url)
+            .field("durability", &self.durability)
             .finish()
     }
 }
 
-/// The statements the writer uses, prepared once.
-struct Statements {
+/// One connection and its statements, prepared once.
+struct Link {
+    client: Client,
+    _conn: ConnectionTask,
+    st: LinkStatements,
+}
+
+/// A [`Link`]'s statements.
+struct LinkStatements {
     lock: Statement,
     since: Statement,
+    head: Statement,
+    writers: Statement,
+    all: Statement,
     insert: Statement,
+    upsert: Statement,
+    clear: Statement,
+}
+
+impl Link {
+    async fn open(target: &Target, durability: Durability) -> Result<Link, String> {
+        let (client, conn) = target.connect().await.map_err(|e| e.to_string())?;
+        let db = |e: tokio_postgres::Error| format!("the database {}: {}", target.shown, why(&e));
+        if durability == Durability::Buffered {
+            client
+                .batch_execute("SET synchronous_commit TO off")
+                .await
+                .map_err(db)?;
+        }
+        let prepare = |sql: &'static str| {
+            let client = &client;
+            async move { client.prepare(sql).await.map_err(db) }
+        };
+        let st = LinkStatements {
+            lock: prepare("SELECT pg_advisory_xact_lock(hashtextextended($3 || $1, $2))").await?,
+            since: prepare(
+                "SELECT seq, line FROM sluice_provenance \
+                 WHERE tenant = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            )
+            .await?,
+            head: prepare(
+                "SELECT seq, line FROM sluice_provenance \
+                 WHERE tenant = $1 ORDER BY seq DESC LIMIT 2",
+            )
+            .await?,
+            writers: prepare(
+                "SELECT resource, batch, call FROM sluice_last_writers WHERE tenant = $1",
+            )
+            .await?,
+            all: prepare("SELECT seq, line FROM sluice_provenance WHERE tenant = $1 ORDER BY seq")
+                .await?,
+            insert: prepare(
+                "INSERT INTO sluice_provenance (tenant, seq, line) \
+                 SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[])",
+            )
+            .await?,
+            upsert: prepare(
+                "INSERT INTO sluice_last_writers (tenant, resource, batch, call) \
+                 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) \
+                 ON CONFLICT (tenant, resource) DO UPDATE \
+                 SET batch = excluded.batch, call = excluded.call",
+            )
+            .await?,
+            clear: prepare("DELETE FROM sluice_last_writers WHERE tenant = $1").await?,
+        };
+        Ok(Link {
+            client,
+            _conn: conn,
+            st,
+        })
+    }
 }
 
 /// One tenant's chain as this process last saw it.
@@ -94,70 +188,71 @@ struct Head {
 
 /// The writer task's state.
 struct Writer {
-    url: String,
-    client: Client,
-    statements: Statements,
-    heads: std::collections::HashMap<String, Head>,
+    target: Target,
+    durability: Durability,
+    names: Names,
+    link: Option<Link>,
+    heads: HashMap<String, Head>,
     writers: LastWriters,
-    broken: Option<String>,
+    status: Arc<Mutex<Status>>,
 }
 
 impl PgProvenance {
     /// Connects (one connection), runs the migrations, and starts the writer. Fails when the
-    /// database cannot be reached.
+    /// database cannot be reached now; once started, an outage is survived.
     pub async fn connect(url: &str, durability: Durability) -> Result<Arc<Self>, PgError> {
-        if !is_postgres_url(url) {
-            return Err(PgError::NotAUrl(url.to_owned()));
-        }
-        let shown = redact_url(url);
+        let target = Target::parse(url, PgOptions::DEFAULT_UNAVAILABLE_AFTER)?;
+        let shown = target.shown.clone();
         let db = |e: tokio_postgres::Error| PgError::Database {
             url: shown.clone(),
-            why: crate::why(&e),
+            why: why(&e),
         };
-        let (mut client, conn) = connect_one(url, &shown).await?;
-        migrate(&mut client).await.map_err(db)?;
-        if durability == Durability::Buffered {
-            client
-                .batch_execute("SET synchronous_commit TO off")
-                .await
-                .map_err(db)?;
-        }
-        let statements = Statements {
-            lock: client
-                .prepare("SELECT pg_advisory_xact_lock(hashtextextended($1, $2))")
-                .await
-                .map_err(db)?,
-            since: client
-                .prepare(
-                    "SELECT seq, line FROM sluice_provenance \
-                     WHERE tenant = $1 AND seq > $2 ORDER BY seq",
-                )
-                .await
-                .map_err(db)?,
-            insert: client
-                .prepare(
-                    "INSERT INTO sluice_provenance (tenant, seq, line) \
-                     SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[])",
-                )
-                .await
-                .map_err(db)?,
+        let names = {
+            let (mut client, _conn) = target.connect().await?;
+            migrate(&mut client).await.map_err(db)?;
+            Names::for_schema(&schema_of(&client).await.map_err(db)?)
         };
+        let link = Link::open(&target, durability)
+            .await
+            .map_err(|why| PgError::Database {
+                url: shown.clone(),
+                why,
+            })?;
         let (tx, rx) = mpsc::unbounded_channel();
+        let status = Arc::new(Mutex::new(Status::default()));
         let writer = Writer {
-            url: shown.clone(),
-            client,
-            statements,
+            target,
+            durability,
+            names,
+            link: Some(link),
             heads: Default::default(),
             writers: LastWriters::new(),
-            broken: None,
+            status: status.clone(),
         };
-        tokio::spawn(writer.run(rx, conn));
-        Ok(Arc::new(PgProvenance { url: shown, tx }))
+        tokio::spawn(writer.run(rx));
+        Ok(Arc::new(PgProvenance {
+            url: shown,
+            durability,
+            status,
+            tx,
+        }))
     }
 
     /// The database, without its password.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// `Ok` while the database can be written; else why not (for a health check).
+    pub fn health(&self) -> Result<(), String> {
+        match &self.status().down {
+            Some(why) => Err(why.clone()),
+            None => Ok(()),
+        }
+    }
+
+    fn status(&self) -> std::sync::MutexGuard<'_, Status> {
+        self.status.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Appends a group of records in one commit (all or none); resolves with the tenant's `seq`
@@ -201,6 +296,20 @@ impl ProvenanceSink for PgProvenance {
                 .map(|_| ())
         })
     }
+
+    fn available(&self, tenant: &str) -> Result<(), String> {
+        if self.durability != Durability::Durable {
+            return Ok(());
+        }
+        let status = self.status();
+        if let Some(why) = status.damaged.get(tenant) {
+            return Err(why.clone());
+        }
+        match &status.down {
+            Some(why) => Err(why.clone()),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The tenant a group belongs to (every record names it).
@@ -212,11 +321,36 @@ fn tenant_of(group: &[Record]) -> Option<&str> {
     })
 }
 
+/// Why a commit did not happen.
+enum CommitError {
+    /// Nothing was kept (the server refused a statement, or the transaction never began).
+    Refused(String),
+    /// The connection failed: the commit may or may not have happened.
+    Lost(String),
+}
+
 impl Writer {
-    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Message>, mut conn: ConnectionTask) {
+    fn status(&self) -> std::sync::MutexGuard<'_, Status> {
+        self.status.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Message>) {
         let mut closing = None;
         while closing.is_none() {
-            let Some(first) = rx.recv().await else { break };
+            // While the database is unreachable, try again every second even with nothing
+            // queued, so that the health check and `available` recover on their own.
+            let first = if self.link.is_none() {
+                match tokio::time::timeout(Duration::from_secs(1), rx.recv()).await {
+                    Ok(m) => m,
+                    Err(_) => {
+                        self.reconnect().await;
+                        continue;
+                    }
+                }
+            } else {
+                rx.recv().await
+            };
+            let Some(first) = first else { break };
             let mut groups = Vec::new();
             let mut acks = Vec::new();
             let mut flushes = Vec::new();
@@ -238,152 +372,398 @@ impl Writer {
                 }
                 next = rx.try_recv().ok();
             }
-            if self.broken.is_none() {
-                if let Ok(Err(why)) = conn.events.try_recv() {
-                    self.broken = Some(format!("the connection to {} failed: {why}", self.url));
+            let results = self.commit_all(&groups).await;
+            let mut all_ok = Ok(());
+            for (a, r) in acks.into_iter().zip(results) {
+                if let Err(why) = &r {
+                    all_ok = Err(why.clone());
                 }
-            }
-            let result = match &self.broken {
-                Some(why) => Err(format!(
-                    "the provenance log takes nothing more after a failed commit: {why}"
-                )),
-                None if groups.is_empty() => Ok(Vec::new()),
-                None => match self.commit(&groups).await {
-                    Ok(seqs) => Ok(seqs),
-                    Err(why) => {
-                        tracing::error!(error = %why, "the provenance log could not commit");
-                        self.broken = Some(why.clone());
-                        Err(why)
-                    }
-                },
-            };
-            match &result {
-                Ok(seqs) => {
-                    for (a, seq) in acks.into_iter().zip(seqs) {
-                        let _ = a.send(Ok(*seq));
-                    }
-                }
-                Err(why) => {
-                    for a in acks {
-                        let _ = a.send(Err(why.clone()));
-                    }
-                }
+                let _ = a.send(r);
             }
             for f in flushes {
-                let _ = f.send(result.as_ref().map(|_| ()).map_err(Clone::clone));
+                let _ = f.send(all_ok.clone());
             }
         }
         // Refuse what came after a close.
         rx.close();
+        let closed = format!("the provenance log {} is closed", self.target.shown);
         while let Ok(msg) = rx.try_recv() {
             match msg {
                 Message::Append(_, a) => {
-                    let _ = a.send(Err(format!("the provenance log {} is closed", self.url)));
+                    let _ = a.send(Err(closed.clone()));
                 }
                 Message::Flush(f) => {
-                    let _ = f.send(Err(format!("the provenance log {} is closed", self.url)));
+                    let _ = f.send(Err(closed.clone()));
                 }
                 Message::Close(c) => {
                     let _ = c.send(());
                 }
             }
         }
-        drop(self.client);
-        conn.task.abort();
+        self.link = None;
         if let Some(c) = closing {
             let _ = c.send(());
         }
     }
 
-    /// One transaction for every group: per tenant, in name order, the lock, the rows others
-    /// appended, then this process's lines. Returns each group's last `seq`.
-    async fn commit(&mut self, groups: &[Vec<Record>]) -> Result<Vec<u64>, String> {
-        let url = self.url.clone();
-        let db = |e: tokio_postgres::Error| format!("the database {url}: {}", crate::why(&e));
+    /// A new connection; the status says whether it worked.
+    async fn reconnect(&mut self) {
+        match Link::open(&self.target, self.durability).await {
+            Ok(link) => {
+                self.link = Some(link);
+                if self.status().down.take().is_some() {
+                    tracing::info!(url = %self.target.shown, "the provenance log reached its database again");
+                }
+            }
+            Err(why) => self.down(why),
+        }
+    }
+
+    fn down(&mut self, why: String) {
+        self.link = None;
+        let mut status = self.status();
+        if status.down.is_none() {
+            tracing::error!(error = %why, "the provenance log lost its database");
+        }
+        status.down = Some(why);
+    }
+
+    /// Commits the groups: one answer per group. The groups of a tenant whose chain is damaged
+    /// are refused alone.
+    async fn commit_all(&mut self, groups: &[Vec<Record>]) -> Vec<Result<u64, String>> {
+        let mut out: Vec<Result<u64, String>> = vec![Ok(0); groups.len()];
+        if groups.is_empty() {
+            return out;
+        }
+        if self.link.is_none() {
+            self.reconnect().await;
+        }
         let mut by_tenant: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         for (i, g) in groups.iter().enumerate() {
             if let Some(t) = tenant_of(g) {
                 by_tenant.entry(t).or_default().push(i);
             }
         }
-        let mut seqs = vec![0u64; groups.len()];
-        let mut tenants: Vec<&str> = Vec::new();
-        let mut numbers: Vec<i64> = Vec::new();
-        let mut lines: Vec<String> = Vec::new();
+        {
+            let status = self.status();
+            for (tenant, indexes) in &by_tenant {
+                if let Some(why) = status.damaged.get(*tenant) {
+                    for &i in indexes {
+                        out[i] = Err(why.clone());
+                    }
+                }
+            }
+        }
+        by_tenant.retain(|_, indexes| indexes.first().is_some_and(|&i| out[i].is_ok()));
+        if by_tenant.is_empty() {
+            return out;
+        }
+        let down = self.status().down.clone();
+        if let (None, Some(why)) = (&self.link, down) {
+            for indexes in by_tenant.values() {
+                for &i in indexes {
+                    out[i] = Err(format!("the provenance log cannot be written: {why}"));
+                }
+            }
+            return out;
+        }
+        let tenants: Vec<String> = by_tenant.keys().map(|t| (*t).to_owned()).collect();
+        match self.commit(groups, by_tenant.clone()).await {
+            Ok(seqs) => {
+                for (i, seq) in seqs {
+                    out[i] = seq;
+                }
+            }
+            Err(e) => {
+                // What was taken in for these tenants may not be in the database: read them
+                // again next time.
+                for t in &tenants {
+                    self.heads.remove(t);
+                    self.writers.forget(t);
+                }
+                let why = match e {
+                    CommitError::Refused(why) => why,
+                    CommitError::Lost(why) => {
+                        self.down(why.clone());
+                        why
+                    }
+                };
+                tracing::error!(error = %why, "the provenance log could not commit");
+                for indexes in by_tenant.values() {
+                    for &i in indexes {
+                        out[i] = Err(why.clone());
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// One transaction for the groups of `by_tenant`: per tenant, in name order, the lock, a
+    /// catch-up with what others appended, then this process's lines and its last writers.
+    /// Returns each group's last `seq` (or, for a tenant found damaged, why not).
+    async fn commit(
+        &mut self,
+        groups: &[Vec<Record>],
+        by_tenant: BTreeMap<&str, Vec<usize>>,
+    ) -> Result<Vec<(usize, Result<u64, String>)>, CommitError> {
+        let url = self.target.shown.clone();
+        let Some(Link { client, st, .. }) = self.link.as_mut() else {
+            return Err(CommitError::Refused(format!(
+                "the database {url} is unreachable"
+            )));
+        };
+        let lost = |e: tokio_postgres::Error| {
+            let text = format!("the database {url}: {}", why(&e));
+            if refused_by_server(&e) {
+                CommitError::Refused(text)
+            } else {
+                CommitError::Lost(text)
+            }
+        };
+        let mut out = Vec::new();
+        let (mut tenants, mut numbers, mut lines): (Vec<&str>, Vec<i64>, Vec<String>) =
+            Default::default();
+        let mut index_rows: (Vec<String>, Vec<String>, Vec<String>, Vec<String>) =
+            Default::default();
         let mut heads = Vec::new();
-        let tx = self.client.transaction().await.map_err(db)?;
-        for (tenant, indexes) in by_tenant {
-            let known = self.heads.get(tenant).cloned().unwrap_or(Head {
-                records: 0,
-                head: GENESIS.to_owned(),
-            });
-            // The lock and the read go out together (one round trip).
-            let after = known.records as i64;
-            let (lock_args, since_args): ([&(dyn ToSql + Sync); 2], [&(dyn ToSql + Sync); 2]) =
-                ([&tenant, &LOCK_SEED], [&tenant, &after]);
-            let lock = tx.execute(&self.statements.lock, &lock_args);
-            let since = tx.query(&self.statements.since, &since_args);
-            let (locked, rows) = futures::join!(lock, since);
-            locked.map_err(db)?;
-            let rows = rows.map_err(db)?;
+        let mut damaged = Vec::new();
+        let timeout = PgOptions::DEFAULT_UNAVAILABLE_AFTER;
+        let work = async {
+            let tx = client.transaction().await.map_err(lost)?;
+            for (tenant, indexes) in by_tenant {
+                let prefix: &str = &self.names.lock_prefix;
+                tx.execute(&st.lock, &[&tenant, &LOCK_SEED, &prefix])
+                    .await
+                    .map_err(lost)?;
+                let caught = catch_up(
+                    &tx,
+                    st,
+                    tenant,
+                    self.heads.get(tenant).cloned(),
+                    &mut self.writers,
+                    &url,
+                )
+                .await?;
+                let (mut at, rebuilt) = match caught {
+                    Ok(c) => c,
+                    Err(why) => {
+                        for &i in &indexes {
+                            out.push((i, Err(why.clone())));
+                        }
+                        damaged.push((tenant.to_owned(), why));
+                        continue;
+                    }
+                };
+                let mut touched: Vec<String> = Vec::new();
+                let mut wild = rebuilt;
+                for &i in &indexes {
+                    let (records, head) = (&mut at.records, &mut at.head);
+                    self.writers.add_group(&groups[i], |r| {
+                        *records += 1;
+                        let line = chain::line(*records, head, r);
+                        *head = sha256_hex(line.as_bytes());
+                        tenants.push(tenant);
+                        numbers.push(*records as i64);
+                        lines.push(line);
+                        if let Record::Call(c) = r {
+                            if c.started_at_ms.is_some() {
+                                for a in c.accesses.iter().filter(|a| a.mode == "write") {
+                                    wild |= a.resource.contains(['*', '?', '\\']);
+                                    touched.push(a.resource.clone());
+                                }
+                            }
+                        }
+                    });
+                    out.push((i, Ok(at.records)));
+                }
+                // The tenant's last writers as they now are: the touched entries, or all of
+                // them where a pattern may have superseded others (or the index was rebuilt).
+                let rows: Vec<(String, String, String)> = if wild {
+                    tx.execute(&st.clear, &[&tenant]).await.map_err(lost)?;
+                    let mut all = self.writers.entries(tenant);
+                    all.push((INDEXED.to_owned(), String::new(), String::new()));
+                    all
+                } else {
+                    touched.sort_unstable();
+                    touched.dedup();
+                    touched
+                        .into_iter()
+                        .filter_map(|r| {
+                            let (b, c) = self.writers.writer_of(tenant, &r)?;
+                            Some((r, b, c))
+                        })
+                        .collect()
+                };
+                for (r, b, c) in rows {
+                    index_rows.0.push(tenant.to_owned());
+                    index_rows.1.push(r);
+                    index_rows.2.push(b);
+                    index_rows.3.push(c);
+                }
+                heads.push((
+                    tenant.to_owned(),
+                    Head {
+                        records: at.records,
+                        head: at.head,
+                    },
+                ));
+            }
+            if !lines.is_empty() {
+                tx.execute(&st.insert, &[&tenants, &numbers, &lines])
+                    .await
+                    .map_err(lost)?;
+            }
+            if !index_rows.0.is_empty() {
+                tx.execute(
+                    &st.upsert,
+                    &[&index_rows.0, &index_rows.1, &index_rows.2, &index_rows.3],
+                )
+                .await
+                .map_err(lost)?;
+            }
+            tx.commit().await.map_err(lost)
+        };
+        match tokio::time::timeout(timeout, work).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                return Err(CommitError::Lost(format!(
+                    "the database {url} did not answer within {timeout:?}"
+                )))
+            }
+        }
+        self.heads.extend(heads);
+        if !damaged.is_empty() {
+            let mut status = self.status();
+            for (tenant, why) in damaged {
+                tracing::error!(error = %why, tenant = %tenant, "a tenant's provenance chain is damaged: its records are refused");
+                status.damaged.insert(tenant, why);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Brings this process's view of `tenant`'s chain up to the database under the tenant's lock:
+/// from `known`, reading the rows others appended since (at most [`CATCH_UP`]); else from the
+/// chain's last two rows (their link checked) and the tenant's last-writers index (built once by
+/// a full read where a chain predates it). The inner `Err` is a damaged chain. The flag says the
+/// index must be written whole.
+async fn catch_up(
+    tx: &tokio_postgres::Transaction<'_>,
+    link: &LinkStatements,
+    tenant: &str,
+    known: Option<Head>,
+    writers: &mut LastWriters,
+    url: &str,
+) -> Result<Result<(Scanned, bool), String>, CommitError> {
+    let lost = |e: tokio_postgres::Error| {
+        let text = format!("the database {url}: {}", why(&e));
+        if refused_by_server(&e) {
+            CommitError::Refused(text)
+        } else {
+            CommitError::Lost(text)
+        }
+    };
+    let damaged = |at: u64, what: String| {
+        format!(
+            "the provenance chain of tenant `{tenant}` in {url} is damaged at record {at}: the \
+             record {what} (`sluice provenance verify` names it); nothing is appended after it"
+        )
+    };
+    if let Some(known) = known {
+        let after = known.records as i64;
+        let rows = tx
+            .query(&link.since, &[&tenant, &after, &(CATCH_UP + 1)])
+            .await
+            .map_err(lost)?;
+        if rows.len() as i64 <= CATCH_UP {
             let mut checker = Checker::resume(known.records, &known.head);
             for row in rows {
                 let seq: i64 = row.get(0);
                 let line: &str = row.get(1);
                 let expected = checker.state().records + 1;
-                let record = if seq as u64 != expected {
-                    Err(format!(
-                        "is stored as seq {seq} where {expected} was expected: a row was \
-                         deleted, inserted or moved"
-                    ))
-                } else {
-                    checker.check(line.as_bytes())
-                };
-                match record {
-                    Ok(Record::Call(c)) => self.writers.apply(&c),
+                if seq as u64 != expected {
+                    return Ok(Err(damaged(
+                        expected,
+                        format!(
+                            "is stored as seq {seq} where {expected} was expected: a row was \
+                             deleted, inserted or moved"
+                        ),
+                    )));
+                }
+                match checker.check(line.as_bytes()) {
+                    Ok(Record::Call(c)) => writers.apply(&c),
                     Ok(_) => {}
-                    Err(why) => {
-                        return Err(format!(
-                            "the provenance chain of tenant `{tenant}` in {url} is damaged at \
-                             record {expected}: the record {why} (`sluice provenance verify` \
-                             names it); nothing is appended after it"
-                        ))
-                    }
+                    Err(why) => return Ok(Err(damaged(expected, why))),
                 }
             }
-            let mut at = checker.into_state();
-            for &i in &indexes {
-                let (records, head) = (&mut at.records, &mut at.head);
-                self.writers.add_group(&groups[i], |r| {
-                    *records += 1;
-                    let line = chain::line(*records, head, r);
-                    *head = sha256_hex(line.as_bytes());
-                    tenants.push(tenant);
-                    numbers.push(*records as i64);
-                    lines.push(line);
-                });
-                seqs[i] = at.records;
-            }
-            heads.push((
-                tenant.to_owned(),
-                Head {
-                    records: at.records,
-                    head: at.head,
-                },
-            ));
+            return Ok(Ok((checker.into_state(), false)));
         }
-        tx.execute(&self.statements.insert, &[&tenants, &numbers, &lines])
-            .await
-            .map_err(db)?;
-        tx.commit().await.map_err(db)?;
-        self.heads.extend(heads);
-        Ok(seqs)
     }
-}
-
-/// Whether `text` names a PostgreSQL database (`postgres://` or `postgresql://`).
-pub fn is_postgres_url(text: &str) -> bool {
-    text.starts_with("postgres://") || text.starts_with("postgresql://")
+    // From the head: the last two rows, their link checked.
+    writers.forget(tenant);
+    let rows = tx.query(&link.head, &[&tenant]).await.map_err(lost)?;
+    let mut at = Scanned::default();
+    if let Some(last) = rows.first() {
+        let seq: i64 = last.get(0);
+        let line: &str = last.get(1);
+        let mut checker = match rows.get(1) {
+            Some(prev) => {
+                let prev_seq: i64 = prev.get(0);
+                let prev_line: &str = prev.get(1);
+                if prev_seq + 1 != seq {
+                    return Ok(Err(damaged(
+                        prev_seq as u64 + 1,
+                        "is missing: the last two rows are not consecutive".into(),
+                    )));
+                }
+                Checker::resume(prev_seq as u64, &sha256_hex(prev_line.as_bytes()))
+            }
+            None if seq == 1 => Checker::new(),
+            None => {
+                return Ok(Err(damaged(1, "is missing".into())));
+            }
+        };
+        if let Err(why) = checker.check(line.as_bytes()) {
+            return Ok(Err(damaged(seq as u64, why)));
+        }
+        at = checker.into_state();
+    } else {
+        at.head = GENESIS.to_owned();
+    }
+    let index = tx.query(&link.writers, &[&tenant]).await.map_err(lost)?;
+    let complete = index.iter().any(|r| r.get::<_, &str>(0) == INDEXED);
+    if complete || at.records == 0 {
+        for row in &index {
+            let resource: &str = row.get(0);
+            if resource != INDEXED {
+                writers.restore(tenant, resource, row.get(1), row.get(2));
+            }
+        }
+        return Ok(Ok((at, !complete)));
+    }
+    // A chain older than the index: read it once, whole, and write the index.
+    let rows = tx.query(&link.all, &[&tenant]).await.map_err(lost)?;
+    let mut checker = Checker::new();
+    for row in rows {
+        let seq: i64 = row.get(0);
+        let line: &str = row.get(1);
+        let expected = checker.state().records + 1;
+        if seq as u64 != expected {
+            return Ok(Err(damaged(
+                expected,
+                format!("is stored as seq {seq} where {expected} was expected"),
+            )));
+        }
+        match checker.check(line.as_bytes()) {
+            Ok(Record::Call(c)) => writers.apply(&c),
+            Ok(_) => {}
+            Err(why) => return Ok(Err(damaged(expected, why))),
+        }
+    }
+    Ok(Ok((checker.into_state(), true)))
 }
 
 /// One tenant's chain in a database, as a [`LogSource`]: `verify`, `why`, `lineage`, `export`,
@@ -409,17 +789,16 @@ impl PgChain {
     pub fn tenants(url: &str) -> Result<Vec<String>, ProvenanceError> {
         let name = PathBuf::from(redact_url(url));
         block_on(&name, async {
-            let (client, conn) = connect_one(url, &redact_url(url))
-                .await
+            let target = Target::parse(url, PgOptions::DEFAULT_UNAVAILABLE_AFTER)
                 .map_err(|e| e.to_string())?;
+            let (client, _conn) = target.connect().await.map_err(|e| e.to_string())?;
             let rows = client
                 .query(
                     "SELECT DISTINCT tenant FROM sluice_provenance ORDER BY tenant",
                     &[],
                 )
                 .await
-                .map_err(|e| format!("the database {}: {}", redact_url(url), crate::why(&e)));
-            conn.task.abort();
+                .map_err(|e| format!("the database {}: {}", redact_url(url), why(&e)));
             Ok(rows?.iter().map(|r| r.get::<_, String>(0)).collect())
         })
     }
@@ -472,12 +851,11 @@ impl LogSource for PgChain {
         let shown = redact_url(&self.url);
         let mut damage = None;
         let scanned = block_on(&name, async {
-            let (client, conn) = connect_one(&self.url, &shown)
-                .await
+            let target = Target::parse(&self.url, PgOptions::DEFAULT_UNAVAILABLE_AFTER)
                 .map_err(|e| e.to_string())?;
-            let db = |e: tokio_postgres::Error| {
-                Stop::Db(format!("the database {shown}: {}", crate::why(&e)))
-            };
+            let (client, conn) = target.connect().await.map_err(|e| e.to_string())?;
+            let db =
+                |e: tokio_postgres::Error| Stop::Db(format!("the database {shown}: {}", why(&e)));
             let read = async {
                 let rows = client
                     .query_raw(

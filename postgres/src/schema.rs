@@ -60,13 +60,39 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
              BEFORE TRUNCATE ON sluice_provenance
              FOR EACH STATEMENT EXECUTE FUNCTION sluice_provenance_append_only();",
     ),
+    (
+        3,
+        "each process's lease is its own: its row holds its expiry",
+        // Judged by the row's own expiry, a process with a short lease never reaps one with a
+        // long lease. The default serves a row written by an older version (its lease was 10 s).
+        "ALTER TABLE sluice_owners
+             ADD COLUMN expires_at timestamptz NOT NULL DEFAULT now() + interval '10 seconds';",
+    ),
+    (
+        4,
+        "each tenant's last writers, so that a process resumes a chain from its head",
+        // One row per (tenant, written resource): the writer of the latest call that wrote it,
+        // kept in the transaction that appends the call. A row with the empty resource says the
+        // tenant's index is complete (a chain written before this table is indexed once).
+        "CREATE TABLE sluice_last_writers (
+             tenant   text NOT NULL,
+             resource text NOT NULL,
+             batch    text NOT NULL,
+             call     text NOT NULL,
+             PRIMARY KEY (tenant, resource)
+         );",
+    ),
 ];
 
 /// Brings the schema to the newest version; returns (version before, version after).
 pub async fn migrate(client: &mut Client) -> Result<(i32, i32), tokio_postgres::Error> {
     let tx = client.transaction().await?;
-    tx.execute("SELECT pg_advisory_xact_lock(7262)", &[])
-        .await?;
+    // One lock per schema: two deployments in two schemas of one database migrate apart.
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended(coalesce(current_schema(), ''), 7261))",
+        &[],
+    )
+    .await?;
     tx.batch_execute(
         "CREATE TABLE IF NOT EXISTS sluice_schema (
              version     integer PRIMARY KEY,

@@ -195,9 +195,15 @@ pub(crate) struct DomainArgs {
     /// database (`postgres://USER@HOST:PORT/DB`): conflicting calls never overlap across them.
     #[arg(long, value_name = "URL")]
     domain: Option<String>,
-    /// How long after its last heartbeat a process that died stops blocking the others.
+    /// How long after its last heartbeat a process that died stops blocking the others (each
+    /// process is judged by its own lease); at least 0.3.
     #[arg(long, value_name = "SECS", default_value_t = 10.0, requires = "domain")]
     lease: f64,
+    /// How long a call waits for an unreachable database before it ends `domain-unavailable`
+    /// (also the bound on a connection attempt and a statement); the process reconnects on its
+    /// own meanwhile.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0, requires = "domain")]
+    db_timeout: f64,
 }
 
 impl DomainArgs {
@@ -209,23 +215,29 @@ impl DomainArgs {
         let Some(url) = &self.domain else {
             return Ok(None);
         };
-        if !(self.lease.is_finite() && self.lease >= 0.3) {
-            return Err(Failure {
-                code: 2,
-                message: format!("--lease {}: a lease is at least 0.3 seconds", self.lease),
+        let secs = |flag: &str, v: f64| {
+            if v.is_finite() && (0.0..=86_400.0).contains(&v) {
+                Ok(std::time::Duration::from_secs_f64(v))
+            } else {
+                Err(Failure {
+                    code: 2,
+                    message: format!("{flag} {v}: a number of seconds is expected"),
+                })
             }
-            .into());
-        }
-        let lease = std::time::Duration::from_secs_f64(self.lease);
-        sluice_postgres::PgDomain::connect(url, lease)
+        };
+        let options = sluice_postgres::PgOptions::new(secs("--lease", self.lease)?)
+            .unavailable_after(secs("--db-timeout", self.db_timeout)?);
+        sluice_postgres::PgDomain::connect_with(url, options)
             .await
             .map(Some)
             .map_err(|e| {
-                Failure {
-                    code: 2,
-                    message: format!("--domain: {e}"),
-                }
-                .into()
+                let message = match e {
+                    sluice_postgres::PgError::Options(why) => {
+                        format!("--lease/--db-timeout: {why}")
+                    }
+                    e => format!("--domain: {e}"),
+                };
+                Failure { code: 2, message }.into()
             })
     }
 }

@@ -178,6 +178,20 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .with_drain_timeout(Duration::from_secs(args.drain_timeout))
         .with_write_timeout(Duration::from_secs(args.write_timeout))
         .with_elicitation(args.approve == ApproveMode::Elicit);
+    let options = match &domain {
+        Some(d) => {
+            let d = d.clone();
+            options.with_health_check("the shared conflict domain", Arc::new(move || d.health()))
+        }
+        None => options,
+    };
+    let options = match &log {
+        Some(crate::cli::common::OpenLog::Pg(l)) => {
+            let l = l.clone();
+            options.with_health_check("the provenance log", Arc::new(move || l.health()))
+        }
+        _ => options,
+    };
     let options = match &args.otlp {
         Some(url) => {
             options.with_telemetry(Arc::new(Telemetry::otlp(url).map_err(|e| Failure {

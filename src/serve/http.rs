@@ -189,6 +189,14 @@ async fn handle(
                 "the gateway is draining",
                 None,
             )
+        } else if let Some((what, why)) = gateway.unhealthy() {
+            // A database it needs is unreachable: a load balancer sends the work elsewhere.
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                &format!("{what}: {why}"),
+                None,
+            )
         } else {
             json_response(StatusCode::OK, &serde_json::json!({"status": "ok"}))
         };

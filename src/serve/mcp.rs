@@ -173,7 +173,21 @@ pub(crate) fn mcp_tools(gateway: &Gateway, tenant: &str) -> Vec<Tool> {
 
 /// A finished call as an MCP result (serve.md): `ok` is `structuredContent` plus its JSON as
 /// text; anything else `isError` with one text block naming the status and the code.
+///
+/// A call whose records the provenance log could not keep says so in `_meta`
+/// (`"sluice/recorded": false`), as `/v1/run` says `"recorded": false`: a client that needs the
+/// audit trail can tell.
 pub(crate) fn to_mcp(r: &CallResult) -> CallToolResult {
+    let mut res = result_of(r);
+    if r.recorded == Some(false) {
+        let mut meta = serde_json::Map::new();
+        meta.insert("sluice/recorded".into(), serde_json::Value::Bool(false));
+        res.meta = Some(rmcp::model::MetaObject(meta));
+    }
+    res
+}
+
+fn result_of(r: &CallResult) -> CallToolResult {
     match (r.status, &r.output) {
         (Status::Ok, Some(out)) => {
             let mut res = CallToolResult::success(vec![ContentBlock::text(result_text(r))]);

@@ -109,7 +109,14 @@ pub struct GatewayOptions {
     pub elicit: bool,
     /// Where each call's span goes (`--otlp`); `None`: no spans.
     pub telemetry: Option<Arc<Telemetry>>,
+    /// What `/healthz` asks besides the drain: each check names a dependency (the shared
+    /// domain's database, the provenance database) and says why it cannot serve; any `Err` makes
+    /// `/healthz` answer 503 with it.
+    pub health: Vec<HealthCheck>,
 }
+
+/// A dependency's health for `/healthz`: its name, and `Err(why)` while it cannot serve.
+pub type HealthCheck = (String, Arc<dyn Fn() -> Result<(), String> + Send + Sync>);
 
 /// Decides which tools a tenant's `tools/list` leaves out: `(tenant, tool id) -> hidden`.
 pub type HiddenTools = Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
@@ -127,6 +134,10 @@ impl std::fmt::Debug for GatewayOptions {
             .field("write_timeout", &self.write_timeout)
             .field("elicit", &self.elicit)
             .field("telemetry", &self.telemetry.as_ref().map(|t| t.endpoint()))
+            .field(
+                "health",
+                &self.health.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -144,11 +155,22 @@ impl Default for GatewayOptions {
             write_timeout: Duration::from_secs(30),
             elicit: false,
             telemetry: None,
+            health: Vec::new(),
         }
     }
 }
 
 impl GatewayOptions {
+    /// Adds a dependency `/healthz` checks (see [`GatewayOptions::health`]).
+    pub fn with_health_check(
+        mut self,
+        name: &str,
+        check: Arc<dyn Fn() -> Result<(), String> + Send + Sync>,
+    ) -> Self {
+        self.health.push((name.to_owned(), check));
+        self
+    }
+
     /// Sets the tenants' tokens (sha256 hex -> tenant).
     pub fn with_tokens(mut self, tokens: HashMap<String, String>) -> Self {
         self.tokens = tokens;
@@ -401,6 +423,15 @@ impl Gateway {
     /// How many MCP sessions are open.
     pub fn sessions(&self) -> usize {
         self.sessions.load(Ordering::SeqCst)
+    }
+
+    /// The first dependency that cannot serve now, named, with why (see
+    /// [`GatewayOptions::health`]).
+    pub fn unhealthy(&self) -> Option<(String, String)> {
+        self.options
+            .health
+            .iter()
+            .find_map(|(name, check)| check().err().map(|why| (name.clone(), why)))
     }
 
     /// Whether a drain has begun (new work is refused).

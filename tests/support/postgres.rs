@@ -110,16 +110,23 @@ impl Postgres {
             "initdb failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        pg.start_again();
+        pg
+    }
+
+    /// Starts the server (again) on its port, with its data.
+    pub fn start_again(&self) {
         let options = format!(
-            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
-            pg.data.display()
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+            self.port,
+            self.data.display()
         );
-        let out = pg
+        let out = self
             .command("pg_ctl")
             .arg("-D")
-            .arg(&cluster)
+            .arg(self.data.join("cluster"))
             .arg("-l")
-            .arg(pg.data.join("server.log"))
+            .arg(self.data.join("server.log"))
             .args(["-o", &options, "-w", "start"])
             .output()
             .expect("pg_ctl runs");
@@ -127,9 +134,36 @@ impl Postgres {
             out.status.success(),
             "the PostgreSQL server did not start: {}\n{}",
             String::from_utf8_lossy(&out.stderr),
-            std::fs::read_to_string(pg.data.join("server.log")).unwrap_or_default()
+            std::fs::read_to_string(self.data.join("server.log")).unwrap_or_default()
         );
-        pg
+    }
+
+    /// Stops the server at once (as a crash would: no clean shutdown of the sessions).
+    pub fn stop(&self) {
+        let out = self
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(self.data.join("cluster"))
+            .args(["-m", "immediate", "-w", "stop"])
+            .output()
+            .expect("pg_ctl runs");
+        assert!(
+            out.status.success(),
+            "the server did not stop: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Ends every other client's connection (as a network fault or an operator would); returns
+    /// how many.
+    pub fn terminate_backends(&self) -> usize {
+        self.sql(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'",
+        )
+        .trim()
+        .parse()
+        .unwrap()
     }
 
     pub fn data(&self) -> &Path {

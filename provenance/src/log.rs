@@ -26,7 +26,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, OnceLock};
 use std::thread::JoinHandle;
 
 use sluice_kernel::provenance::{ProvenanceSink, Record, RecordFuture};
@@ -150,6 +150,9 @@ pub struct ProvenanceLog {
     thread: Option<JoinHandle<()>>,
     path: PathBuf,
     opened: Opened,
+    durability: Durability,
+    /// Why the writer takes nothing more (set by its first failed commit).
+    failed: Arc<OnceLock<String>>,
 }
 
 /// Syncs a directory, so that an entry created in it survives a crash.
@@ -272,7 +275,9 @@ impl ProvenanceLog {
             None => None,
         };
         let (tx, rx) = mpsc::channel();
+        let failed = Arc::new(OnceLock::new());
         let state = Writer {
+            failed: failed.clone(),
             file,
             room: options.fail_writes_after,
             len,
@@ -295,6 +300,8 @@ impl ProvenanceLog {
             thread: Some(thread),
             path: path.to_owned(),
             opened,
+            durability: options.durability,
+            failed,
         })
     }
 
@@ -375,6 +382,18 @@ impl ProvenanceSink for ProvenanceLog {
                 .map(|_| ())
         })
     }
+
+    /// Under `durable`, no once a write failed (the log takes nothing more until it is opened
+    /// again): the kernel then starts no call, so none runs unrecorded.
+    fn available(&self, _tenant: &str) -> Result<(), String> {
+        match (self.durability, self.failed.get()) {
+            (Durability::Durable, Some(why)) => Err(format!(
+                "the log {} takes nothing more after a failed write: {why}",
+                self.path.display()
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Signed checkpoints as the log grows.
@@ -406,6 +425,8 @@ struct Writer {
     /// Set by the first failed commit: nothing more is written (every later group is refused with
     /// this reason).
     broken: Option<String>,
+    /// `broken`, as the handle sees it.
+    failed: Arc<OnceLock<String>>,
     checkpoints: Option<Checkpointer>,
     /// Set when a checkpoint could not be written (the records are safe; `flush` says so).
     checkpoint_error: Option<String>,
@@ -543,6 +564,7 @@ impl Writer {
                         c.due.clear();
                     }
                     self.broken = Some(e.clone());
+                    let _ = self.failed.set(e.clone());
                 }
                 Err(_) => {}
             }

@@ -471,3 +471,37 @@ pub async fn serve_stdio(gateway: Arc<Gateway>, tenant: &str) -> std::io::Result
     running.waiting().await.map_err(std::io::Error::other)?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(status: Status, recorded: Option<bool>) -> CallResult {
+        CallResult {
+            id: "c".into(),
+            tool: "t".into(),
+            version: None,
+            status,
+            output: (status == Status::Ok).then(|| json!({"n": 1})),
+            error: (status != Status::Ok)
+                .then(|| crate::kernel::model::CallError::new("io", "disk")),
+            started: None,
+            ended: None,
+            authorization: None,
+            approver: None,
+            recorded,
+        }
+    }
+
+    #[test]
+    fn a_result_whose_records_were_not_kept_says_so_in_meta() {
+        for status in [Status::Ok, Status::Error] {
+            let r = serde_json::to_value(to_mcp(&result(status, Some(false)))).unwrap();
+            assert_eq!(r["_meta"]["sluice/recorded"], false, "{r}");
+            for kept in [Some(true), None] {
+                let r = serde_json::to_value(to_mcp(&result(status, kept))).unwrap();
+                assert!(r.get("_meta").is_none(), "{r}");
+            }
+        }
+    }
+}

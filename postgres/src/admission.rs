@@ -411,9 +411,18 @@ async fn failed(inner: &Inner, session: &Session, e: tokio_postgres::Error) -> F
 pub(crate) async fn releases(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<Release>) {
     let mut unsent: Vec<(u64, bool)> = Vec::new();
     let mut sessions = inner.session.subscribe();
+    let mut closed = inner.closed.subscribe();
     loop {
         let mut batch = Vec::new();
         tokio::select! {
+            // A closed domain's connections are gone: what is unsent is its lease's to end.
+            _ = closed.wait_for(|c| *c) => {
+                rx.close();
+                while let Ok(r) = rx.try_recv() {
+                    let _ = r.done.send(Err(inner.unreachable()));
+                }
+                return;
+            }
             r = rx.recv() => match r {
                 Some(first) => batch.push(first),
                 None if unsent.is_empty() => return,

@@ -279,14 +279,13 @@ async fn admit_group(
             client.query(&st.numbers, &numbers_args),
         )
     };
-    let unknown = |text: String| Failed::Unknown(text);
     let (begun, locked, fresh, open, numbers) =
         match tokio::time::timeout(inner.options.unavailable_after, first).await {
             Ok(r) => r,
             Err(_) => {
                 let text = inner.unreachable();
                 session.kill(text.clone());
-                return Err(unknown(text));
+                return Err(Failed::Unknown(text));
             }
         };
     let (open, numbers) = match (begun, locked, fresh, open, numbers) {
@@ -366,7 +365,7 @@ async fn admit_group(
             Err(_) => {
                 let text = inner.unreachable();
                 session.kill(text.clone());
-                return Err(unknown(text));
+                return Err(Failed::Unknown(text));
             }
         };
     // A refused insert aborts the transaction: the COMMIT after it rolls back.

@@ -12,7 +12,6 @@
 mod support;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -49,32 +48,13 @@ impl Drop for Running {
     }
 }
 
-/// Starts `cmd` and reads its first line, `listening on http://…`: the base URL.
-fn listening(mut cmd: Command) -> (Running, String) {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("it starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let base = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("no address: {line:?}"))
-        .to_owned();
-    (Running(child), base)
-}
-
 /// The scripted model: (process, its base URL for Codex, the file it logs requests to).
 fn model(dir: &Path) -> (Running, String, PathBuf) {
     let log = dir.join("model.jsonl");
     let mut cmd = Command::new("python3");
     cmd.arg(sdk("scripted_model.py")).arg(&log);
-    let (running, base) = listening(cmd);
-    (running, format!("{base}/v1"), log)
+    let (child, base) = support::gateway::listening(&mut cmd);
+    (Running(child), format!("{base}/v1"), log)
 }
 
 /// A `CODEX_HOME` whose config points Codex at the scripted model and at one MCP server

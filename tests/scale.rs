@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,7 @@ use sluice::kernel::{Batch, Call, Status};
 use sluice::postgres::PgDomain;
 use support::http_server;
 use support::postgres::Postgres;
+use support::scale::{recorder_tools, sluice_run};
 
 /// What a handler saw: (key, start, end, fencing token).
 type Spans = Arc<Mutex<Vec<(String, Instant, Instant, Option<u64>)>>>;
@@ -165,46 +166,6 @@ async fn calls_submitted_from_many_threads_enter_both_domains_in_one_order() {
     assert_eq!(overlaps(&spans.lock().unwrap()), Vec::<String>::new());
     k.shared_settled().await;
     d.close().await;
-}
-
-/// A manifest for the CLI: `rec.hold` writes `rec:{key}` and holds the recorder 30 ms;
-/// `rec.sweep` writes `rec:*`; `rec.wait` writes `rec:{key}` and holds it `ms`; `rec.read`
-/// reads `rec:{key}`.
-fn recorder_tools(dir: &std::path::Path, server: &http_server::Server) {
-    let access = |id: &str, kind: &str, resource: &str, path: &str| {
-        json!({"id": id, "description": "recorded", "version": "1.0.0",
-            "input": {"type": "object"}, "output": {}, "mutating": kind != "reads",
-            "effects": [{"kind": kind, "resource": resource},
-                        {"kind": "network", "resource": "net:127.0.0.1"}],
-            "network": {"kind": "allowlist", "hosts": ["127.0.0.1"]},
-            "spec": {"kind": "http", "method": "GET", "urlTemplate": server.url(path)}})
-    };
-    let tool = |id: &str, resource: &str, path: &str| access(id, "writes", resource, path);
-    let tools = json!([
-        tool("rec.hold", "rec:{key}", "/hold/{key}"),
-        tool("rec.sweep", "rec:*", "/hold/sweep"),
-        tool("rec.wait", "rec:{key}", "/slow/{ms}"),
-        access("rec.read", "reads", "rec:{key}", "/hold/{key}"),
-    ]);
-    std::fs::write(dir.join("rec.json"), tools.to_string()).unwrap();
-}
-
-fn sluice_run(dir: &std::path::Path, batch: &Value, extra: &[&str]) -> Child {
-    let path = dir.join(format!(
-        "batch-{}.json",
-        batch["calls"][0]["id"].as_str().unwrap()
-    ));
-    std::fs::write(&path, batch.to_string()).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["run", "--tools"])
-        .arg(dir.join("rec.json"))
-        .arg("--batch")
-        .arg(&path)
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
 }
 
 fn results(child: Child) -> Value {

@@ -7,7 +7,7 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,6 +20,7 @@ use sluice::postgres::{PgDomain, PgOptions, PgProvenance};
 use sluice::provenance::Durability;
 use support::http_server;
 use support::postgres::Postgres;
+use support::scale::{recorder_tools, sluice_run};
 
 /// What the handlers saw: (call id, key, start, end).
 type Spans = Arc<Mutex<Vec<(String, String, Instant, Instant)>>>;
@@ -278,39 +279,6 @@ async fn the_domain_survives_cut_connections_and_a_stopped_server() {
     d.close().await;
 }
 
-/// A manifest for the CLI: `rec.wait` writes `rec:{key}` and holds the recorder `ms`;
-/// `rec.hold` writes `rec:{key}` and holds it 30 ms.
-fn recorder_tools(dir: &std::path::Path, server: &http_server::Server) {
-    let tool = |id: &str, path: &str| {
-        json!({"id": id, "description": "recorded", "version": "1.0.0",
-            "input": {"type": "object"}, "output": {}, "mutating": true,
-            "effects": [{"kind": "writes", "resource": "rec:{key}"},
-                        {"kind": "network", "resource": "net:127.0.0.1"}],
-            "network": {"kind": "allowlist", "hosts": ["127.0.0.1"]},
-            "spec": {"kind": "http", "method": "GET", "urlTemplate": server.url(path)}})
-    };
-    let tools = json!([
-        tool("rec.wait", "/slow/{ms}"),
-        tool("rec.hold", "/hold/{key}")
-    ]);
-    std::fs::write(dir.join("rec.json"), tools.to_string()).unwrap();
-}
-
-fn sluice_run(dir: &std::path::Path, name: &str, batch: &Value, extra: &[&str]) -> Child {
-    let path = dir.join(format!("{name}.json"));
-    std::fs::write(&path, batch.to_string()).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["run", "--tools"])
-        .arg(dir.join("rec.json"))
-        .arg("--batch")
-        .arg(&path)
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
 fn signal(child: &Child, sig: &str) {
     let ok = Command::new("kill")
         .args([sig, &child.id().to_string()])
@@ -350,7 +318,6 @@ async fn a_process_paused_past_its_lease_runs_none_of_the_calls_it_lost() {
     // A: a write of rec:x that holds the recorder 600 ms, then another that waits for it.
     let a = sluice_run(
         &dir,
-        "a",
         &json!({"tenant": "acme", "calls": [
             {"id": "a1", "tool": "rec.wait", "input": {"key": "x", "ms": 600}},
             {"id": "a2", "tool": "rec.hold", "input": {"key": "x"}}]}),
@@ -366,7 +333,6 @@ async fn a_process_paused_past_its_lease_runs_none_of_the_calls_it_lost() {
     // B's long write of rec:x runs once A's lease is out and A's calls are marked lost.
     let b = sluice_run(
         &dir,
-        "b",
         &json!({"tenant": "acme", "calls": [
             {"id": "b1", "tool": "rec.wait", "input": {"key": "x", "ms": 2000}}]}),
         &lease,

@@ -645,6 +645,36 @@ impl Writer {
     }
 }
 
+/// Checks `rows` (seq, line) as the chain's next records after `checker`'s state, taking each
+/// call's writes into `writers`; why not, naming the record, when one is missing, out of place or
+/// changed (the caller words the message).
+fn take_rows(
+    mut checker: Checker,
+    rows: &[tokio_postgres::Row],
+    writers: &mut LastWriters,
+) -> Result<Checker, (u64, String)> {
+    for row in rows {
+        let seq: i64 = row.get(0);
+        let line: &str = row.get(1);
+        let expected = checker.state().records + 1;
+        if seq as u64 != expected {
+            return Err((
+                expected,
+                format!(
+                    "is stored as seq {seq} where {expected} was expected: a row was deleted, \
+                     inserted or moved"
+                ),
+            ));
+        }
+        match checker.check(line.as_bytes()) {
+            Ok(Record::Call(c)) => writers.apply(&c),
+            Ok(_) => {}
+            Err(why) => return Err((expected, why)),
+        }
+    }
+    Ok(checker)
+}
+
 /// Brings this process's view of `tenant`'s chain up to the database under the tenant's lock:
 /// from `known`, reading the rows others appended since (at most [`CATCH_UP`]); else from the
 /// chain's last two rows (their link checked) and the tenant's last-writers index (built once by
@@ -679,27 +709,10 @@ async fn catch_up(
             .await
             .map_err(lost)?;
         if rows.len() as i64 <= CATCH_UP {
-            let mut checker = Checker::resume(known.records, &known.head);
-            for row in rows {
-                let seq: i64 = row.get(0);
-                let line: &str = row.get(1);
-                let expected = checker.state().records + 1;
-                if seq as u64 != expected {
-                    return Ok(Err(damaged(
-                        expected,
-                        format!(
-                            "is stored as seq {seq} where {expected} was expected: a row was \
-                             deleted, inserted or moved"
-                        ),
-                    )));
-                }
-                match checker.check(line.as_bytes()) {
-                    Ok(Record::Call(c)) => writers.apply(&c),
-                    Ok(_) => {}
-                    Err(why) => return Ok(Err(damaged(expected, why))),
-                }
-            }
-            return Ok(Ok((checker.into_state(), false)));
+            let checker = Checker::resume(known.records, &known.head);
+            return Ok(take_rows(checker, &rows, writers)
+                .map(|c| (c.into_state(), false))
+                .map_err(|(at, why)| damaged(at, why)));
         }
     }
     // From the head: the last two rows, their link checked.
@@ -746,24 +759,9 @@ async fn catch_up(
     }
     // A chain older than the index: read it once, whole, and write the index.
     let rows = tx.query(&link.all, &[&tenant]).await.map_err(lost)?;
-    let mut checker = Checker::new();
-    for row in rows {
-        let seq: i64 = row.get(0);
-        let line: &str = row.get(1);
-        let expected = checker.state().records + 1;
-        if seq as u64 != expected {
-            return Ok(Err(damaged(
-                expected,
-                format!("is stored as seq {seq} where {expected} was expected"),
-            )));
-        }
-        match checker.check(line.as_bytes()) {
-            Ok(Record::Call(c)) => writers.apply(&c),
-            Ok(_) => {}
-            Err(why) => return Ok(Err(damaged(expected, why))),
-        }
-    }
-    Ok(Ok((checker.into_state(), true)))
+    Ok(take_rows(Checker::new(), &rows, writers)
+        .map(|c| (c.into_state(), true))
+        .map_err(|(at, why)| damaged(at, why)))
 }
 
 /// One tenant's chain in a database, as a [`LogSource`]: `verify`, `why`, `lineage`, `export`,

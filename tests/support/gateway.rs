@@ -19,13 +19,20 @@ impl Drop for Gateway {
 
 /// Starts `sluice serve --listen 127.0.0.1:0 <args>` and reads the address it prints first.
 pub fn start(args: &[&str]) -> Gateway {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .args(args)
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    cmd.args(["serve", "--listen", "127.0.0.1:0"]).args(args);
+    let (child, base) = listening(&mut cmd);
+    Gateway { child, base }
+}
+
+/// Starts a server whose first line on standard output is `listening on http://…` (Sluice's
+/// gateway, the tests' scripted model) and reads it: the child and that base URL.
+pub fn listening(cmd: &mut Command) -> (Child, String) {
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .expect("sluice serve starts");
+        .expect("the server starts");
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
@@ -35,7 +42,7 @@ pub fn start(args: &[&str]) -> Gateway {
         .strip_prefix("listening on ")
         .unwrap_or_else(|| panic!("the first line names the address: {line:?}"))
         .to_owned();
-    Gateway { child, base }
+    (child, base)
 }
 
 /// Sends SIGTERM to the gateway.

@@ -7,6 +7,7 @@ pub mod mcp;
 pub mod otlp;
 pub mod postgres;
 pub mod python;
+pub mod scale;
 
 /// The transitive closure of a DAG whose edges go from lower to higher positions:
 /// `reach[i][j]` is true when a path leads from `i` to `j`.

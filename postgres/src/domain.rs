@@ -257,15 +257,16 @@ async fn watch_connections(
                 Some(Err(why)) => break format!("the listening connection failed: {why}"),
                 None => break "the listening connection ended".to_owned(),
             },
-            e = a.events.recv() => if let Some(Err(why)) | Some(Ok(why)) = e {
-                break format!("the admitting connection failed: {why}");
-            } else {
-                break "the admitting connection ended".to_owned();
+            // These two listen to nothing: only their end matters.
+            e = a.events.recv() => match e {
+                Some(Ok(_)) => {}
+                Some(Err(why)) => break format!("the admitting connection failed: {why}"),
+                None => break "the admitting connection ended".to_owned(),
             },
-            e = b.events.recv() => if let Some(Err(why)) | Some(Ok(why)) = e {
-                break format!("the connection for releases failed: {why}");
-            } else {
-                break "the connection for releases ended".to_owned();
+            e = b.events.recv() => match e {
+                Some(Ok(_)) => {}
+                Some(Err(why)) => break format!("the connection for releases failed: {why}"),
+                None => break "the connection for releases ended".to_owned(),
             },
         }
     };

@@ -329,6 +329,17 @@ enum CommitError {
     Lost(String),
 }
 
+/// A driver error as a [`CommitError`]: refused by the server (nothing kept), or the connection
+/// lost (the outcome unknown).
+fn commit_error(url: &str, e: &tokio_postgres::Error) -> CommitError {
+    let text = format!("the database {url}: {}", why(e));
+    if refused_by_server(e) {
+        CommitError::Refused(text)
+    } else {
+        CommitError::Lost(text)
+    }
+}
+
 impl Writer {
     fn status(&self) -> std::sync::MutexGuard<'_, Status> {
         self.status.lock().unwrap_or_else(|p| p.into_inner())
@@ -513,14 +524,7 @@ impl Writer {
                 "the database {url} is unreachable"
             )));
         };
-        let lost = |e: tokio_postgres::Error| {
-            let text = format!("the database {url}: {}", why(&e));
-            if refused_by_server(&e) {
-                CommitError::Refused(text)
-            } else {
-                CommitError::Lost(text)
-            }
-        };
+        let lost = |e: tokio_postgres::Error| commit_error(&url, &e);
         let mut out = Vec::new();
         let (mut tenants, mut numbers, mut lines): (Vec<&str>, Vec<i64>, Vec<String>) =
             Default::default();
@@ -688,14 +692,7 @@ async fn catch_up(
     writers: &mut LastWriters,
     url: &str,
 ) -> Result<Result<(Scanned, bool), String>, CommitError> {
-    let lost = |e: tokio_postgres::Error| {
-        let text = format!("the database {url}: {}", why(&e));
-        if refused_by_server(&e) {
-            CommitError::Refused(text)
-        } else {
-            CommitError::Lost(text)
-        }
-    };
+    let lost = |e: tokio_postgres::Error| commit_error(url, &e);
     let damaged = |at: u64, what: String| {
         format!(
             "the provenance chain of tenant `{tenant}` in {url} is damaged at record {at}: the \

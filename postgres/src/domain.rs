@@ -157,7 +157,8 @@ pub(crate) struct Session {
     pub(crate) control_statements: leases::ControlStatements,
     _listen: Client,
     dead: watch::Sender<Option<String>>,
-    _tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The task that watches the connections (and hands notifications to the waiters).
+    watcher: tokio::task::JoinHandle<()>,
 }
 
 impl Session {
@@ -184,36 +185,26 @@ impl Session {
             .await
             .map_err(db)?;
         let (dead, _) = watch::channel(None);
-        let mut session = Session {
+        let watcher = tokio::spawn(watch_connections(
+            Arc::downgrade(inner),
+            dead.clone(),
+            [admit_conn, control_conn],
+            listen_conn,
+        ));
+        Ok(Arc::new(Session {
             admit,
             admit_statements,
             control,
             control_statements,
             _listen: listen,
             dead,
-            _tasks: Vec::new(),
-        };
-        let weak = Arc::downgrade(inner);
-        let dead = session.dead.clone();
-        session._tasks.push(tokio::spawn(watch_connections(
-            weak,
-            dead,
-            [admit_conn, control_conn],
-            listen_conn,
-        )));
-        Ok(Arc::new(session))
+            watcher,
+        }))
     }
 
     /// Ends this generation: its connections are no longer used.
     pub(crate) fn kill(&self, why: String) {
-        self.dead.send_if_modified(|d| {
-            if d.is_none() {
-                *d = Some(why);
-                true
-            } else {
-                false
-            }
-        });
+        end(&self.dead, why);
     }
 
     pub(crate) fn is_dead(&self) -> bool {
@@ -233,9 +224,7 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        for t in &self._tasks {
-            t.abort();
-        }
+        self.watcher.abort();
     }
 }
 
@@ -270,6 +259,11 @@ async fn watch_connections(
             },
         }
     };
+    end(&dead, why);
+}
+
+/// Marks a generation ended with `why`, unless it already ended (the first reason stays).
+fn end(dead: &watch::Sender<Option<String>>, why: String) {
     dead.send_if_modified(|d| {
         if d.is_none() {
             *d = Some(why);

@@ -226,6 +226,8 @@ pub enum ErrorCode {
     Io,
     /// `not-a-number`: `sluice.kv.incr` found a value that is not a number.
     NotANumber,
+    /// `overflow`: `sluice.kv.incr`'s sum is not a finite number (the value is left as it was).
+    Overflow,
     /// `path-escapes-root`: a built-in file tool was given a path outside its root.
     PathEscapesRoot,
     /// `provenance-unavailable`: the provenance log must keep every call (durable) and cannot
@@ -236,7 +238,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in declaration order.
-    pub const ALL: [ErrorCode; 29] = [
+    pub const ALL: [ErrorCode; 30] = [
         ErrorCode::UnknownTool,
         ErrorCode::InvalidInput,
         ErrorCode::InvalidOutput,
@@ -264,6 +266,7 @@ impl ErrorCode {
         ErrorCode::LimitsExceeded,
         ErrorCode::Io,
         ErrorCode::NotANumber,
+        ErrorCode::Overflow,
         ErrorCode::PathEscapesRoot,
         ErrorCode::ProvenanceUnavailable,
     ];
@@ -298,6 +301,7 @@ impl ErrorCode {
             ErrorCode::LimitsExceeded => "limits-exceeded",
             ErrorCode::Io => "io",
             ErrorCode::NotANumber => "not-a-number",
+            ErrorCode::Overflow => "overflow",
             ErrorCode::PathEscapesRoot => "path-escapes-root",
             ErrorCode::ProvenanceUnavailable => "provenance-unavailable",
         }

@@ -119,6 +119,18 @@ pub struct BatchOrigin {
     /// The client's version as it declared it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_version: Option<String>,
+    /// The connection the batch came on, unique among a gateway's connections and across its
+    /// restarts (`<gateway instance>/<connection number>`): two sessionless clients are told
+    /// apart by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<String>,
+    /// The client's address (`IP:port`) as the gateway saw it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<String>,
+    /// The request on that connection: its number there, and for MCP its JSON-RPC id
+    /// (`3 id=5`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
     /// The MCP session id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,

@@ -59,7 +59,9 @@ impl Rejection {
 /// A call resolved, checked and with its accesses computed.
 #[derive(Debug, Clone)]
 pub struct PreparedCall {
-    /// The call as submitted, its `tool` the registered id when `id@version` named it.
+    /// The call as submitted, its `tool` the registered id when `id@version` named it, and its
+    /// input in its tool's canonical form when the tool has one
+    /// ([`crate::transport::Tool::with_canonical_input`]).
     pub call: Call,
     /// Its tool, when registered.
     pub tool: Option<Arc<Tool>>,
@@ -109,12 +111,22 @@ impl PreparedCall {
         }
         // A panic here (a normalizer is the embedder's code) refuses this call alone; the
         // submitter, and every call already accepted, carry on.
+        // A tool with a canonical input (the fs tools: the path the OS will touch) has it
+        // computed here, once: the accesses, the policy, provenance and the handler all see it.
         let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            tool.check_input(&call.input)
-                .map(|()| tool.accesses_for(tenant, &call.input, normalizers))
+            tool.check_input(&call.input).map(|()| {
+                let canonical = tool.canonical_input(tenant, &call.input);
+                let input = canonical.as_ref().unwrap_or(&call.input);
+                (tool.plan_accesses(tenant, input, normalizers), canonical)
+            })
         }));
         let (accesses, rejection) = match checked {
-            Ok(Ok(accesses)) => (accesses, None),
+            Ok(Ok((accesses, canonical))) => {
+                if let Some(input) = canonical {
+                    call.input = input;
+                }
+                (accesses, None)
+            }
             Ok(Err(d)) => (Vec::new(), Some(Rejection::InvalidInput(d))),
             Err(payload) => (
                 Vec::new(),

@@ -27,6 +27,7 @@ pub struct Tool {
     accesses: AccessPlan,
     handler: Option<Arc<dyn Handler>>,
     access_input: Option<AccessInput>,
+    canonical_input: Option<AccessInput>,
     scope: TenantScope,
 }
 
@@ -120,6 +121,7 @@ impl Tool {
             accesses,
             handler,
             access_input: None,
+            canonical_input: None,
             scope,
         })
     }
@@ -143,6 +145,26 @@ impl Tool {
         self
     }
 
+    /// Sets the canonical form of a call's input, given the call's tenant: computed once, when
+    /// the call is prepared (after its input passed the schema), and then the only input there
+    /// is — its resources are templated from it, so the policy judges it, the conflict graph
+    /// orders it and provenance records it, and the handler receives it. The built-in fs tools
+    /// use it to turn `path` into the file the OS will touch, links followed, so that what is
+    /// checked is what is written.
+    pub fn with_canonical_input(
+        mut self,
+        f: impl Fn(&str, &Value) -> Value + Send + Sync + 'static,
+    ) -> Self {
+        self.canonical_input = Some(Arc::new(f));
+        self
+    }
+
+    /// The canonical form of `tenant`'s call input (see [`Tool::with_canonical_input`]), or
+    /// `None` when the tool keeps inputs as they come.
+    pub fn canonical_input(&self, tenant: &str, input: &Value) -> Option<Value> {
+        self.canonical_input.as_ref().map(|f| f(tenant, input))
+    }
+
     /// Sets whose things the tool's resources name (default: [`TenantScope::Shared`] for a tool
     /// over HTTP or MCP, else [`TenantScope::PerTenant`]).
     pub fn with_scope(mut self, scope: TenantScope) -> Self {
@@ -163,6 +185,17 @@ impl Tool {
 
     /// The accesses of `tenant`'s call of this tool with `input`.
     pub fn accesses_for(
+        &self,
+        tenant: &str,
+        input: &Value,
+        normalizers: &Normalizers,
+    ) -> Vec<Access> {
+        let canonical = self.canonical_input(tenant, input);
+        self.plan_accesses(tenant, canonical.as_ref().unwrap_or(input), normalizers)
+    }
+
+    /// The accesses of `tenant`'s call whose input is already canonical.
+    pub(crate) fn plan_accesses(
         &self,
         tenant: &str,
         input: &Value,
@@ -437,6 +470,7 @@ impl ToolRegistry {
             manifest.mcp_endpoint = Some(parsed.clone());
             let mut tool = Tool::compile(manifest, t.source().clone(), t.handler.clone())?;
             tool.access_input = t.access_input.clone();
+            tool.canonical_input = t.canonical_input.clone();
             tool.scope = TenantScope::Shared;
             let (id, version) = key_of(&tool);
             let tool = Arc::new(tool);

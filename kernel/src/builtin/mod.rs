@@ -10,14 +10,16 @@
 //! optional `delay_ms` to simulate latency; `incr` waits *between* its read and its write, so two
 //! incrs of one key run unordered would lose an update — which Sluice's ordering prevents.
 //!
-//! The fs tools are confined to their root: the path (relative to the root, or absolute) is
-//! resolved lexically, and a path that leaves the root — by `..` or through a symbolic link — is
-//! an error. Their resource is `fs:` + the normalized absolute path, so two spellings of one file
-//! conflict. With one root ([`BuiltinConfig::new`]) every tenant reaches the same files: the fs
-//! tools are then [`TenantScope::Shared`], and two tenants' conflicting calls of one file are
+//! The fs tools are confined to their root, and their resource is the file the OS will touch:
+//! the path (relative to the root, or absolute) is resolved once, symbolic links followed as far
+//! as they exist, and that one path is what the policy judges, the graph orders, provenance
+//! records and the handler opens — beneath a directory handle on the root that no `..` or link
+//! can leave (see the `fs` module's docs). A path whose file is outside the root is an error. With
+//! one root ([`BuiltinConfig::new`]) every tenant reaches the same files: the fs tools are then
+//! [`crate::transport::TenantScope::Shared`], and two tenants' conflicting calls of one file are
 //! ordered against each other. With a root per tenant ([`BuiltinConfig::per_tenant`]) each tenant
 //! has `DIR/<tenant>` (made on its first write), reaches nothing outside it, and the fs tools are
-//! [`TenantScope::PerTenant`].
+//! [`crate::transport::TenantScope::PerTenant`].
 //!
 //! ```
 //! use sluice_kernel::builtin::{self, BuiltinConfig, KvStore};
@@ -39,16 +41,22 @@
 //! # });
 //! ```
 
-use std::path::{Component, Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
 use serde_json::{json, Value};
 
-use crate::error::{Diagnostic, Error, ErrorCode, Result};
-use crate::model::{Manifest, ManifestSource};
-use crate::transport::{handler, TenantScope, Tool, ToolContext, ToolError, ToolRegistry};
+use crate::error::{ErrorCode, Result};
+use crate::model::ManifestSource;
+use crate::transport::{handler, Tool, ToolContext, ToolError, ToolRegistry};
+
+mod fs;
+mod manifest;
+
+pub use fs::{is_directory_name, lexical_absolute, resolve_links, tenant_root};
+use manifest::manifest;
 
 /// The in-memory key-value store of the kv tools: a memory per tenant.
 #[derive(Debug, Default, Clone)]
@@ -172,13 +180,6 @@ pub fn registry(config: BuiltinConfig) -> Result<ToolRegistry> {
     Ok(r)
 }
 
-fn manifest(v: Value) -> Result<Manifest> {
-    Manifest::from_value(v).map_err(|e| Error::InvalidManifest {
-        source_name: "built-in".into(),
-        errors: vec![Diagnostic::new("", e.to_string())],
-    })
-}
-
 const DELAY: &str = r#"{"type": "integer", "minimum": 0, "maximum": 3600000}"#;
 
 fn kv_input(extra: Value, required: &[&str]) -> Value {
@@ -236,77 +237,12 @@ fn kv_tool(
 
 /// The built-in tools, compiled.
 pub fn tools(config: BuiltinConfig) -> Result<Vec<Tool>> {
-    let roots = Arc::new(Roots {
-        base: lexical_absolute(&config.root, Path::new(".")),
-        per_tenant: config.root_per_tenant,
-    });
+    let roots = Arc::new(fs::Roots::new(&config.root, config.root_per_tenant));
     let mut out = Vec::new();
     out.extend(plain_tools()?);
     out.extend(kv_tools(config.kv)?);
-    out.extend(fs_tools(roots)?);
+    out.extend(fs::tools(roots)?);
     Ok(out)
-}
-
-/// Whether `tenant` can name a directory of its own: one path component of letters, digits,
-/// `.`, `_` and `-`, not starting with `.` (so never `.` or `..`), at most 255 bytes.
-pub fn is_directory_name(tenant: &str) -> bool {
-    !tenant.is_empty()
-        && tenant.len() <= 255
-        && !tenant.starts_with('.')
-        && tenant
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-}
-
-/// `tenant`'s root under `dir` with a root per tenant: `dir/<tenant>`, or `None` when the
-/// tenant's name cannot be a directory's (see [`is_directory_name`]).
-pub fn tenant_root(dir: &Path, tenant: &str) -> Option<PathBuf> {
-    is_directory_name(tenant).then(|| lexical_absolute(dir, Path::new(tenant)))
-}
-
-/// Where the fs tools are confined: one root, or `base/<tenant>` for each tenant.
-#[derive(Debug)]
-struct Roots {
-    base: PathBuf,
-    per_tenant: bool,
-}
-
-impl Roots {
-    /// The root of `tenant`'s calls, or why it has none.
-    fn of(&self, tenant: &str) -> Result<PathBuf, ToolError> {
-        if !self.per_tenant {
-            return Ok(self.base.clone());
-        }
-        tenant_root(&self.base, tenant).ok_or_else(|| {
-            ToolError::new(
-                ErrorCode::PathEscapesRoot,
-                format!(
-                    "the tenant `{tenant}` has no root under `{}`: with a root per tenant, a \
-                     tenant's name must be a directory name (letters, digits, `.`, `_`, `-`, not \
-                     starting with `.`)",
-                    self.base.display()
-                ),
-            )
-        })
-    }
-
-    /// The directory a tenant's paths are resolved against for its resources (lexically; a
-    /// tenant without a root — its calls fail — gets one no tenant's root can be, since no
-    /// tenant directory starts with `.`).
-    fn lexical(&self, tenant: &str) -> PathBuf {
-        match self.of(tenant) {
-            Ok(root) => root,
-            Err(_) => self.base.join(".no-root"),
-        }
-    }
-
-    fn scope(&self) -> TenantScope {
-        if self.per_tenant {
-            TenantScope::PerTenant
-        } else {
-            TenantScope::Shared
-        }
-    }
 }
 
 /// `sluice.sleep` and `sluice.echo`: they touch nothing.
@@ -423,7 +359,15 @@ fn kv_tools(kv: KvStore) -> Result<Vec<Tool>> {
                     ));
                 }
                 delay(&ctx, &input).await?;
-                let value = add(&current, &by);
+                let value = add(&current, &by).ok_or_else(|| {
+                    ToolError::new(
+                        ErrorCode::Overflow,
+                        format!(
+                            "{current} + {by} under `{k}` is not a finite number: the value \
+                             stays {current}"
+                        ),
+                    )
+                })?;
                 store.put(&k, value.clone());
                 Ok(json!({"key": k, "value": value}))
             }
@@ -433,167 +377,14 @@ fn kv_tools(kv: KvStore) -> Result<Vec<Tool>> {
     Ok(out)
 }
 
-/// `sluice.fs.read` and `sluice.fs.write`, confined to the tenant's root; their resources are
-/// the absolute paths, so that two spellings of one file are one resource.
-fn fs_tools(roots: Arc<Roots>) -> Result<Vec<Tool>> {
-    let src = ManifestSource::built_in;
-    let mut out = Vec::new();
-    let fs_view = {
-        let roots = roots.clone();
-        move |tenant: &str, input: &Value| -> Value {
-            let mut v = input.clone();
-            if let Some(p) = input.get("path").and_then(Value::as_str) {
-                let abs = lexical_absolute(&roots.lexical(tenant), Path::new(p));
-                v["path"] = Value::String(abs.to_string_lossy().into_owned());
-            }
-            v
-        }
-    };
-    let path_schema = json!({"type": "string", "minLength": 1});
-
-    let r = roots.clone();
-    out.push(
-        Tool::new(
-            manifest(json!({
-                "id": "sluice.fs.read", "version": "1.0.0",
-                "description": "Read the UTF-8 text file at `path` (relative to the root, or \
-                                absolute inside it).",
-                "input": {"type": "object", "required": ["path"], "additionalProperties": false,
-                          "properties": {"path": path_schema}},
-                "output": {"type": "object", "required": ["path", "content"]},
-                "mutating": false,
-                "effects": [{"kind": "reads", "resource": "fs:{path}"}]
-            }))?,
-            src(),
-            Some(handler(move |ctx: ToolContext, input: Value| {
-                let root = r.of(ctx.tenant());
-                async move {
-                    let path = confined(&root?, &input, false)?;
-                    let content = tokio::fs::read_to_string(&path).await.map_err(|e| {
-                        ToolError::new(
-                            ErrorCode::Io,
-                            format!("cannot read `{}`: {e}", path.display()),
-                        )
-                    })?;
-                    Ok(json!({"path": path.to_string_lossy(), "content": content}))
-                }
-            })),
-        )?
-        .with_tenant_access_input(fs_view.clone())
-        .with_scope(roots.scope()),
-    );
-
-    let r = roots.clone();
-    out.push(
-        Tool::new(
-            manifest(json!({
-                "id": "sluice.fs.write", "version": "1.0.0",
-                "description": "Write `content` to the file at `path` (relative to the root, or \
-                                absolute inside it), creating or replacing it.",
-                "input": {"type": "object", "required": ["path", "content"],
-                          "additionalProperties": false,
-                          "properties": {"path": path_schema, "content": {"type": "string"}}},
-                "output": {"type": "object", "required": ["path", "bytes"]},
-                "mutating": true,
-                "effects": [{"kind": "writes", "resource": "fs:{path}"}]
-            }))?,
-            src(),
-            Some(handler(move |ctx: ToolContext, input: Value| {
-                let root = r.of(ctx.tenant());
-                let per_tenant = r.per_tenant;
-                async move {
-                    let root = root?;
-                    if per_tenant {
-                        // A tenant's root is made on its first write.
-                        tokio::fs::create_dir_all(&root).await.map_err(|e| {
-                            ToolError::new(
-                                ErrorCode::Io,
-                                format!("cannot make the root `{}`: {e}", root.display()),
-                            )
-                        })?;
-                    }
-                    let path = confined(&root, &input, true)?;
-                    let content = input.get("content").and_then(Value::as_str).unwrap_or("");
-                    tokio::fs::write(&path, content).await.map_err(|e| {
-                        ToolError::new(
-                            ErrorCode::Io,
-                            format!("cannot write `{}`: {e}", path.display()),
-                        )
-                    })?;
-                    Ok(json!({"path": path.to_string_lossy(), "bytes": content.len()}))
-                }
-            })),
-        )?
-        .with_tenant_access_input(fs_view)
-        .with_scope(roots.scope()),
-    );
-    Ok(out)
-}
-
-/// Adds two JSON numbers, as integers when both are integers and the sum fits.
-fn add(a: &Value, b: &Value) -> Value {
+/// Adds two JSON numbers: as integers when both are and the sum fits in 64 bits, else as
+/// floats; `None` when the sum is not finite (an overflow past `f64::MAX`).
+fn add(a: &Value, b: &Value) -> Option<Value> {
     if let (Some(x), Some(y)) = (a.as_i64(), b.as_i64()) {
         if let Some(s) = x.checked_add(y) {
-            return json!(s);
+            return Some(json!(s));
         }
     }
     let s = a.as_f64().unwrap_or(0.0) + b.as_f64().unwrap_or(0.0);
-    serde_json::Number::from_f64(s).map_or(Value::Null, Value::Number)
-}
-
-/// `path` made absolute against `root` and normalized lexically (`.` dropped, `..` resolved,
-/// never above `/`).
-pub fn lexical_absolute(root: &Path, path: &Path) -> PathBuf {
-    let joined = if path.is_absolute() {
-        path.to_owned()
-    } else {
-        root.join(path)
-    };
-    let mut out = PathBuf::from("/");
-    for c in joined.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(s) => out.push(s),
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-        }
-    }
-    out
-}
-
-/// The call's path, checked to stay inside `root` — lexically, and after following symbolic
-/// links of what exists (the file itself, or for a write its parent directory).
-fn confined(root: &Path, input: &Value, for_write: bool) -> Result<PathBuf, ToolError> {
-    let raw = input
-        .get("path")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let path = lexical_absolute(root, Path::new(raw));
-    let escape = || {
-        ToolError::new(
-            ErrorCode::PathEscapesRoot,
-            format!(
-                "`{raw}` is outside the root `{}`: the fs tools reach only files under it",
-                root.display()
-            ),
-        )
-    };
-    if !path.starts_with(root) || path == root {
-        return Err(escape());
-    }
-    let real_root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_owned());
-    let existing = if for_write && !path.exists() {
-        path.parent().map(Path::to_owned)
-    } else {
-        Some(path.clone())
-    };
-    if let Some(e) = existing {
-        if let Ok(real) = std::fs::canonicalize(&e) {
-            if !real.starts_with(&real_root) {
-                return Err(escape());
-            }
-        }
-    }
-    Ok(path)
+    serde_json::Number::from_f64(s).map(Value::Number)
 }

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use sluice_kernel::access::Pattern;
-use sluice_kernel::provenance::{CallRecord, EdgeRecord, Record};
+use sluice_kernel::provenance::{BatchOrigin, CallRecord, EdgeRecord, Record};
 
 /// A call, named by its batch and id.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -124,6 +124,74 @@ impl From<&EdgeRecord> for Ancestor {
             kind: e.kind.clone(),
         }
     }
+}
+
+/// One call that a `--call ID` names, with what tells it from the others of that id.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Candidate {
+    /// Its batch (what `--batch` takes).
+    pub batch: String,
+    /// Its tool.
+    pub tool: String,
+    /// When it started (unix ms; `None` for a call that never started).
+    pub started_at_ms: Option<f64>,
+    /// Where its batch came from (the gateway's transport, connection, request, session and
+    /// client), when the batch record says.
+    pub origin: Option<BatchOrigin>,
+}
+
+impl std::fmt::Display for Candidate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "--batch {} ({}", self.batch, self.tool)?;
+        if let Some(ms) = self.started_at_ms.filter(|ms| ms.is_finite()) {
+            write!(f, ", started {}", iso(ms))?;
+        }
+        if let Some(o) = &self.origin {
+            write!(f, ", {}", o.transport)?;
+            if let Some(c) = &o.client {
+                write!(f, ", client {c}")?;
+                if let Some(v) = &o.client_version {
+                    write!(f, " {v}")?;
+                }
+            }
+            for (name, v) in [
+                ("connection", &o.connection),
+                ("peer", &o.peer),
+                ("request", &o.request),
+                ("session", &o.session),
+            ] {
+                if let Some(v) = v {
+                    write!(f, ", {name} {v}")?;
+                }
+            }
+        }
+        f.write_str(")")
+    }
+}
+
+/// Every call with id `call` (in `batch`, when given), in log order, with its batch's origin.
+pub fn candidates(records: &[Record], call: &str, batch: Option<&str>) -> Vec<Candidate> {
+    let origins: HashMap<&str, &BatchOrigin> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Batch(b) => b.origin.as_ref().map(|o| (b.batch.as_str(), o)),
+            _ => None,
+        })
+        .collect();
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Call(c) if c.call == call && batch.is_none_or(|b| b == c.batch) => {
+                Some(Candidate {
+                    batch: c.batch.clone(),
+                    tool: c.tool.clone(),
+                    started_at_ms: c.started_at_ms,
+                    origin: origins.get(c.batch.as_str()).map(|o| (*o).clone()),
+                })
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// Answers a why question for every call with id `call` (in `batch`, when given).

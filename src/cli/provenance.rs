@@ -301,6 +301,12 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
             tenant,
         } => {
             let signed = read_checkpoint(&checkpoint)?;
+            refuse_ambiguous(
+                &file,
+                &records(&file, tenant.as_deref())?,
+                &call,
+                batch.as_deref(),
+            )?;
             let source = chain(&file, tenant.as_deref())?;
             let proof = prove_source(&*source, &call, batch.as_deref(), &signed).map_err(failed)?;
             outln!("{}", serde_json::to_string_pretty(&proof.to_json())?);
@@ -325,7 +331,9 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
             batch,
             tenant,
         } => {
-            let answers = query::why(&records(&file, tenant.as_deref())?, &call, batch.as_deref());
+            let records = records(&file, tenant.as_deref())?;
+            refuse_ambiguous(&file, &records, &call, batch.as_deref())?;
+            let answers = query::why(&records, &call, batch.as_deref());
             if answers.is_empty() {
                 let whose = match (is_database(&file), &tenant) {
                     (Some(_), t) => {
@@ -365,6 +373,31 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
             buffered,
         } => soak(&file, count, buffered),
     }
+}
+
+/// Refuses a `--call` (with `--batch`, when given) that names several calls: call ids repeat
+/// across batches (each turn's, each client's), and an answer about the wrong one misleads.
+/// The error lists each call with what tells it apart (its batch, tool, start and origin).
+fn refuse_ambiguous(
+    file: &Path,
+    records: &[Record],
+    call: &str,
+    batch: Option<&str>,
+) -> anyhow::Result<()> {
+    let named = query::candidates(records, call, batch);
+    if named.len() < 2 {
+        return Ok(());
+    }
+    let list: Vec<String> = named.iter().map(|c| format!("  {c}")).collect();
+    Err(super::invalid(format!(
+        "{} calls have the id `{call}`{} in {}: say which with --batch\n{}",
+        named.len(),
+        batch
+            .map(|b| format!(" in batch `{b}`"))
+            .unwrap_or_default(),
+        shown(file),
+        list.join("\n")
+    )))
 }
 
 /// Opens a log for writing, saying on standard error what a repair changed.

@@ -13,7 +13,8 @@ use sluice::kernel::authorize::{
 };
 use sluice::kernel::builtin::{self, KvStore};
 use sluice::serve::{
-    read_tokens, serve_http, serve_stdio, Gateway, GatewayOptions, Telemetry, TokenFile,
+    read_tokens, serve_http, serve_stdio, ConnectionLimits, Gateway, GatewayOptions, Telemetry,
+    TokenFile,
 };
 
 use super::common::{bind_endpoints, load_tools, DomainArgs, LogArgs, Root};
@@ -85,12 +86,43 @@ pub(crate) struct Args {
     /// is dropped.
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     write_timeout: u64,
+    /// How long a request's header may take to arrive, from its first byte; a slower client's
+    /// connection is closed.
+    #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    header_read_timeout: u64,
+    /// How long a connection may stay open with no request in progress (keep-alive idle); an
+    /// open SSE stream is a request in progress.
+    #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    idle_timeout: u64,
+    /// How long a request's body may take to arrive after its header (408 beyond).
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    body_read_timeout: u64,
+    /// The most connections open at once; one beyond is closed at accept. Default: the
+    /// process's descriptor limit (raised to its hard limit at start) less 64, at most 4,096.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_connections: Option<u64>,
+    /// The most connections one peer address may hold, so that one address cannot take every
+    /// place. Default: a quarter of `--max-connections`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_connections_per_peer: Option<u64>,
     /// How long a shutdown waits for calls in flight before cancelling them.
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     drain_timeout: u64,
     /// Send HTTP tools' and MCP servers' requests through the proxy the environment names.
     #[arg(long)]
     proxy_from_env: bool,
+}
+
+/// The connection limits the flags set.
+fn connection_limits(args: &Args) -> ConnectionLimits {
+    let mut limits = ConnectionLimits::default();
+    limits.header_read_timeout = Duration::from_secs(args.header_read_timeout);
+    limits.idle_timeout = Duration::from_secs(args.idle_timeout);
+    limits.body_read_timeout = Duration::from_secs(args.body_read_timeout);
+    let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+    limits.max = args.max_connections.map(count);
+    limits.per_peer = args.max_connections_per_peer.map(count);
+    limits
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -177,6 +209,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .with_max_sessions(args.max_sessions)
         .with_drain_timeout(Duration::from_secs(args.drain_timeout))
         .with_write_timeout(Duration::from_secs(args.write_timeout))
+        .with_connections(connection_limits(&args))
         .with_elicitation(args.approve == ApproveMode::Elicit);
     let options = match &domain {
         Some(d) => {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -17,7 +17,8 @@ use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::mcp::{McpSession, Tenant};
+use super::conn::{self, Activity, Admission, Guarded, Tracked};
+use super::mcp::{McpSession, Open, Tenant};
 use super::{error_body, Caller, Gateway, Principal};
 use crate::kernel::adapters::{Api, ExportOptions, IngestOptions};
 use crate::kernel::provenance::BatchOrigin;
@@ -84,36 +85,85 @@ pub async fn serve_http(
     );
     let front = Front { loopback, sessions };
     let closing = CancellationToken::new();
+    let limits = gateway.options().connections.clone();
+    let admission = Admission::new(&limits);
+    let connection_numbers = std::sync::atomic::AtomicU64::new(1);
     let mut connections = tokio::task::JoinSet::new();
-    let accept = |connections: &mut tokio::task::JoinSet<()>, sock: tokio::net::TcpStream| {
+    let accept = |connections: &mut tokio::task::JoinSet<()>,
+                  sock: tokio::net::TcpStream,
+                  peer: std::net::SocketAddr| {
+        // The cap and the peer's share, before anything else is spent on the connection: past
+        // them it is closed at once (its descriptor freed), and the ones admitted still answer.
+        let place = match admission.admit(peer.ip()) {
+            Ok(place) => place,
+            Err(why) => {
+                gateway.metrics().refused_connection();
+                tracing::debug!("refused a connection from {peer}: {why}");
+                return;
+            }
+        };
         // Without it, a small response waits for the client's delayed ACK (Nagle): ~40 ms per
         // call on loopback, measured by benches/serve.rs.
         let _ = sock.set_nodelay(true);
+        let activity = Activity::new();
         let gateway = gateway.clone();
         let stalled = gateway.clone();
         let write_timeout = gateway.options().write_timeout;
         let mcp = mcp.clone();
         let front = front.clone();
-        let service = hyper::service::service_fn(move |req| {
+        let on_request = activity.clone();
+        let connection: Arc<str> = Arc::from(format!(
+            "{}/{}",
+            gateway.instance(),
+            connection_numbers.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let requests = std::sync::atomic::AtomicU64::new(1);
+        let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+            // From here until its response body is dropped, the request keeps the connection
+            // busy (not idle, whatever the wait).
+            let busy = on_request.begin();
+            req.extensions_mut().insert(RequestOrigin {
+                connection: connection.clone(),
+                peer,
+                request: requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            });
             let gateway = gateway.clone();
             let mcp = mcp.clone();
             let front = front.clone();
-            async move { Ok::<_, Infallible>(handle(gateway, mcp, &front, req).await) }
+            async move {
+                let response = handle(gateway, mcp, &front, req).await;
+                Ok::<_, Infallible>(response.map(|b| Guarded::new(b, busy).boxed()))
+            }
         });
         // A client that stops reading: a write blocked past the deadline drops its connection
         // (its calls go on; only the answer is lost), and nothing else waits for it.
         let mut sock = tokio_io_timeout::TimeoutStream::new(sock);
         sock.set_write_timeout(Some(write_timeout));
+        let io = Tracked::new(sock, activity.clone());
         let closing = closing.clone();
+        let limits = limits.clone();
         connections.spawn(async move {
-            let builder = hyper::server::conn::http1::Builder::new();
-            let mut conn = std::pin::pin!(
-                builder.serve_connection(hyper_util::rt::TokioIo::new(Box::pin(sock)), service)
-            );
+            let _place = place;
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            // hyper's own header timeout runs from the moment a connection can take a request,
+            // so it bounds idle and header time together: the watchdog below enforces each
+            // exactly, and hyper's, past both, is a backstop.
+            builder
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout + limits.idle_timeout);
+            let mut conn =
+                std::pin::pin!(builder.serve_connection(hyper_util::rt::TokioIo::new(io), service));
+            let watchdog = conn::watch(activity, limits);
+            tokio::pin!(watchdog);
             // Once the drain is over, a connection finishes the response it is writing (the
             // answer of a call that ran to its end) and closes.
             let served = tokio::select! {
                 r = conn.as_mut() => r,
+                expired = &mut watchdog => {
+                    tracing::debug!("closed a connection from {peer}: {expired:?} timeout");
+                    stalled.metrics().timed_out_connection();
+                    return;
+                }
                 _ = closing.cancelled() => {
                     conn.as_mut().graceful_shutdown();
                     conn.await
@@ -128,12 +178,16 @@ pub async fn serve_http(
         });
     };
     tokio::pin!(shutdown);
+    let mut backoff = AcceptBackoff::default();
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((sock, _)) => accept(&mut connections, sock),
-                Err(e) => tracing::warn!("accept failed: {e}"),
+                Ok((sock, peer)) => {
+                    backoff.reset();
+                    accept(&mut connections, sock, peer);
+                }
+                Err(e) => backoff.wait(&e).await,
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
@@ -144,11 +198,14 @@ pub async fn serve_http(
     loop {
         tokio::select! {
             _ = &mut drained => break,
-            accepted = listener.accept() => {
-                if let Ok((sock, _)) = accepted {
-                    accept(&mut connections, sock);
+            accepted = listener.accept() => match accepted {
+                Ok((sock, peer)) => {
+                    backoff.reset();
+                    accept(&mut connections, sock, peer);
                 }
-            }
+                Err(e) => backoff.wait(&e).await,
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
     }
     stop_sessions.cancel();
@@ -162,6 +219,32 @@ pub async fn serve_http(
     .await;
     connections.shutdown().await;
     Ok(())
+}
+
+/// How long the accept loop rests after a failed `accept` (out of descriptors, out of memory):
+/// from 5 ms, doubling to 1 s, reset by the next success. Without it the loop spins a core on
+/// `EMFILE` while the connections it cannot take wait in the backlog.
+#[derive(Debug, Default)]
+struct AcceptBackoff {
+    next: Option<std::time::Duration>,
+}
+
+impl AcceptBackoff {
+    const FIRST: std::time::Duration = std::time::Duration::from_millis(5);
+    const MOST: std::time::Duration = std::time::Duration::from_secs(1);
+
+    async fn wait(&mut self, e: &std::io::Error) {
+        let d = self.next.unwrap_or(Self::FIRST);
+        if self.next.is_none() {
+            tracing::warn!("accept failed: {e}; backing off");
+        }
+        self.next = Some((d * 2).min(Self::MOST));
+        tokio::time::sleep(d).await;
+    }
+
+    fn reset(&mut self) {
+        self.next = None;
+    }
 }
 
 /// What every request of one listener is checked against.
@@ -270,6 +353,7 @@ async fn handle(
         (Method::GET, "/v1/tools") => tools(&gateway, &tenant, req.uri().query()),
         (Method::POST, "/v1/plan" | "/v1/run") => {
             let query = req.uri().query().map(str::to_owned);
+            let origin = http_origin(req.extensions().get::<RequestOrigin>());
             let traceparent = req
                 .headers()
                 .get("traceparent")
@@ -290,13 +374,12 @@ async fn handle(
                     None,
                 );
             }
-            let body = match read_body(req.into_body(), gateway.options().max_body).await {
-                Ok(b) => b,
-                Err(BodyError::TooLarge) => return too_large(&gateway),
-                Err(BodyError::Broken(e)) => {
-                    return error(StatusCode::BAD_REQUEST, "bad-body", &e, None)
-                }
-            };
+            let limit = gateway.options().connections.body_read_timeout;
+            let body =
+                match read_body_within(req.into_body(), gateway.options().max_body, limit).await {
+                    Ok(b) => b,
+                    Err(e) => return body_error(&gateway, e),
+                };
             let doc: Value = match serde_json::from_slice(&body) {
                 Ok(v) => v,
                 Err(e) => {
@@ -311,7 +394,7 @@ async fn handle(
             if path == "/v1/plan" {
                 plan(&gateway, &tenant, &doc)
             } else {
-                let mut caller = Caller::new(&tenant, http_origin(), CancellationToken::new());
+                let mut caller = Caller::new(&tenant, origin, CancellationToken::new());
                 caller.traceparent = traceparent;
                 run(&gateway, caller, query.as_deref(), &doc).await
             }
@@ -335,17 +418,18 @@ async fn handle(
 /// names a session (`Mcp-Session-Id`: a call, a GET stream, a DELETE, a notification, an answer
 /// to an elicitation) is the session's tenant's, or it gets 404 and changes nothing.
 async fn mcp_request(
-    gateway: &Gateway,
+    gateway: &Arc<Gateway>,
     mut mcp: Mcp,
     front: &Front,
     tenant: &str,
     method: Method,
-    mut req: Request<Incoming>,
+    req: Request<Incoming>,
 ) -> Response<Body> {
     let session = req
         .headers()
         .get("mcp-session-id")
         .map(|v| v.to_str().unwrap_or_default().to_owned());
+    let mut place = None;
     match &session {
         Some(id) => {
             if gateway.session_tenant(id).as_deref() != Some(tenant) {
@@ -360,8 +444,11 @@ async fn mcp_request(
                 );
             }
         }
-        None => {
-            if method == Method::POST && gateway.sessions() >= gateway.options().max_sessions {
+        None if method == Method::POST => {
+            // The place is counted now, in one step with the check; the session rmcp opens for
+            // this request adopts it (and a request that opens none gives it back).
+            place = Open::reserve(gateway);
+            if place.is_none() {
                 return error(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "too-many-sessions",
@@ -373,12 +460,31 @@ async fn mcp_request(
                 );
             }
         }
+        None => {}
     }
-    req.extensions_mut().insert(Tenant(tenant.to_owned()));
-    let (parts, body) = req.into_parts();
-    let limited = Limited::new(body, gateway.options().max_body);
-    let req = Request::from_parts(parts, limited);
-    let mut response = match tower_service::Service::call(&mut mcp, req).await {
+    let (mut parts, body) = req.into_parts();
+    let limits = &gateway.options().connections;
+    let body =
+        match read_body_within(body, gateway.options().max_body, limits.body_read_timeout).await {
+            Ok(b) => b,
+            Err(e) => return body_error(gateway, e),
+        };
+    // A request whose id is already in flight in its session is refused here, before rmcp
+    // routes by that id (the two would share one route, and one would never be answered).
+    let mut claim = None;
+    if let (true, Some(session)) = (method == Method::POST, &session) {
+        if let Some(id) = request_id(&body) {
+            let text = id.to_string();
+            claim = gateway.request_ids.claim(session, &text);
+            if claim.is_none() {
+                return json_response(StatusCode::BAD_REQUEST, &super::mcp::duplicate_id(&id));
+            }
+        }
+    }
+    parts.extensions.insert(Tenant(tenant.to_owned()));
+    let req = Request::from_parts(parts, Full::new(body));
+    let served = Open::with_reserved(place, tower_service::Service::call(&mut mcp, req)).await;
+    let mut response = match served {
         Ok(r) => r,
         Err(never) => match never {},
     };
@@ -409,7 +515,24 @@ async fn mcp_request(
     if method == Method::DELETE && response.status() == StatusCode::ACCEPTED {
         *response.status_mut() = StatusCode::NO_CONTENT;
     }
-    response
+    match claim {
+        // The id stays in flight until its answer (the SSE stream) is done.
+        Some(claim) => response.map(|b| Guarded::new(b, claim).boxed()),
+        None => response,
+    }
+}
+
+/// The id of a JSON-RPC request (a message with a `method` and an `id`); `None` for a
+/// notification, a response, or a body that is not one JSON object.
+fn request_id(body: &[u8]) -> Option<Value> {
+    #[derive(serde::Deserialize)]
+    struct Envelope {
+        id: Option<Value>,
+        method: Option<serde::de::IgnoredAny>,
+    }
+    let e: Envelope = serde_json::from_slice(body).ok()?;
+    e.method?;
+    e.id.filter(|id| !id.is_null())
 }
 
 fn metrics(gateway: &Gateway, tenant: Option<&str>) -> Response<Body> {
@@ -496,6 +619,8 @@ enum BodyError {
     TooLarge,
     /// The connection broke while it was read.
     Broken(String),
+    /// It did not arrive whole within this time (`--body-read-timeout`).
+    TimedOut(std::time::Duration),
 }
 
 /// How much of a refused body is read and dropped so that its client, still sending, reads the
@@ -518,6 +643,41 @@ async fn read_body(mut body: Incoming, max: usize) -> Result<Bytes, BodyError> {
         }
     }
     Ok(out.freeze())
+}
+
+/// [`read_body`] that must finish within `limit` (`--body-read-timeout`).
+async fn read_body_within(
+    body: Incoming,
+    max: usize,
+    limit: std::time::Duration,
+) -> Result<Bytes, BodyError> {
+    tokio::time::timeout(limit, read_body(body, max))
+        .await
+        .unwrap_or(Err(BodyError::TimedOut(limit)))
+}
+
+/// The answer to a body that could not be read.
+fn body_error(gateway: &Gateway, e: BodyError) -> Response<Body> {
+    match e {
+        BodyError::TooLarge => too_large(gateway),
+        BodyError::Broken(e) => error(StatusCode::BAD_REQUEST, "bad-body", &e, None),
+        BodyError::TimedOut(limit) => {
+            let mut r = error(
+                StatusCode::REQUEST_TIMEOUT,
+                "body-timeout",
+                &format!(
+                    "the body did not arrive within {} s (`--body-read-timeout`)",
+                    limit.as_secs()
+                ),
+                None,
+            );
+            r.headers_mut().insert(
+                hyper::header::CONNECTION,
+                hyper::header::HeaderValue::from_static("close"),
+            );
+            r
+        }
+    }
 }
 
 /// Reads and drops what is left of a body, within [`DRAIN_BYTES`] and [`DRAIN_TIME`].
@@ -677,10 +837,42 @@ fn plan(gateway: &Gateway, tenant: &str, doc: &Value) -> Response<Body> {
 }
 
 /// The origin of a batch API request.
-fn http_origin() -> BatchOrigin {
-    BatchOrigin {
-        transport: "http".into(),
-        ..BatchOrigin::default()
+/// Where a request came from, put in its extensions as it arrives: the provenance origin of
+/// the batches it submits.
+#[derive(Debug, Clone)]
+pub(crate) struct RequestOrigin {
+    /// `<gateway instance>/<connection number>`.
+    pub(crate) connection: Arc<str>,
+    /// The client's address.
+    pub(crate) peer: std::net::SocketAddr,
+    /// The request's number on its connection, from 1.
+    pub(crate) request: u64,
+}
+
+impl RequestOrigin {
+    /// The origin of a batch this request submits over `transport`; `rpc_id`, the JSON-RPC id
+    /// of an MCP request.
+    pub(crate) fn batch_origin(&self, transport: &str, rpc_id: Option<&str>) -> BatchOrigin {
+        BatchOrigin {
+            transport: transport.into(),
+            connection: Some(self.connection.to_string()),
+            peer: Some(self.peer.to_string()),
+            request: Some(match rpc_id {
+                Some(id) => format!("{} id={id}", self.request),
+                None => self.request.to_string(),
+            }),
+            ..BatchOrigin::default()
+        }
+    }
+}
+
+fn http_origin(origin: Option<&RequestOrigin>) -> BatchOrigin {
+    match origin {
+        Some(o) => o.batch_origin("http", None),
+        None => BatchOrigin {
+            transport: "http".into(),
+            ..BatchOrigin::default()
+        },
     }
 }
 

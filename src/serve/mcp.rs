@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::elicit;
+use super::http::RequestOrigin;
 use super::{failure_text, Caller, Gateway, Progress};
 use crate::kernel::adapters::{result_text, Api, ExportOptions};
 use crate::kernel::model::{AccessMode, EffectKind, Status};
@@ -40,18 +41,56 @@ pub struct McpSession {
     fixed: Option<String>,
     /// Counts the session open until its last clone is dropped.
     _open: Arc<Open>,
+    /// The request ids in flight of a stdio session (an HTTP session's are checked by the HTTP
+    /// layer, before rmcp routes them).
+    ids: Arc<InFlightIds>,
 }
 
-/// One open session in the gateway's count.
+/// One open session in the gateway's count (`--max-sessions`), given back when dropped.
 #[derive(Debug)]
-struct Open(Arc<Gateway>);
+pub(crate) struct Open(Arc<Gateway>);
+
+tokio::task_local! {
+    /// The place an HTTP request reserved for the session it may open, adopted by the session
+    /// that rmcp's factory makes while serving that request.
+    static RESERVED: std::cell::RefCell<Option<Open>>;
+}
 
 impl Open {
-    fn new(gateway: &Arc<Gateway>) -> Arc<Self> {
+    /// A place under `--max-sessions`, counted and checked in one step (so that simultaneous
+    /// initializes cannot all pass a check and then all open), or `None` when none is left.
+    pub(crate) fn reserve(gateway: &Arc<Gateway>) -> Option<Open> {
+        let max = gateway.options().max_sessions;
         gateway
             .sessions
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Arc::new(Open(gateway.clone()))
+            .fetch_update(
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::SeqCst,
+                |n| (n < max).then_some(n + 1),
+            )
+            .ok()
+            .map(|_| Open(gateway.clone()))
+    }
+
+    /// Runs `serve` (rmcp serving one request) with `place` reserved for the session it may
+    /// open; a place not taken is given back when it ends.
+    pub(crate) async fn with_reserved<F: std::future::Future>(
+        place: Option<Open>,
+        serve: F,
+    ) -> F::Output {
+        RESERVED.scope(std::cell::RefCell::new(place), serve).await
+    }
+
+    /// The place of a new session: the one its request reserved, else (stdio: one session for
+    /// the process) a new one, counted.
+    fn new(gateway: &Arc<Gateway>) -> Arc<Self> {
+        let reserved = RESERVED.try_with(|r| r.borrow_mut().take()).ok().flatten();
+        Arc::new(reserved.unwrap_or_else(|| {
+            gateway
+                .sessions
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Open(gateway.clone())
+        }))
     }
 }
 
@@ -63,6 +102,55 @@ impl Drop for Open {
     }
 }
 
+/// The JSON-RPC request ids in flight, per MCP session: a second request with an id already in
+/// flight in its session is refused at once (rmcp routes answers by id, so the two would share
+/// one route and one of them would never be answered).
+#[derive(Debug, Default)]
+pub(crate) struct InFlightIds {
+    ids: dashmap::DashSet<(String, String)>,
+}
+
+impl InFlightIds {
+    /// Claims `id` (its JSON text: `5` and `"5"` are two ids) in `session`; `None` when it is
+    /// already in flight there.
+    pub(crate) fn claim(self: &Arc<Self>, session: &str, id: &str) -> Option<IdClaim> {
+        let key = (session.to_owned(), id.to_owned());
+        self.ids.insert(key.clone()).then(|| IdClaim {
+            ids: self.clone(),
+            key,
+        })
+    }
+}
+
+/// A request id in flight; released when dropped (with the request's answer).
+#[derive(Debug)]
+pub(crate) struct IdClaim {
+    ids: Arc<InFlightIds>,
+    key: (String, String),
+}
+
+impl Drop for IdClaim {
+    fn drop(&mut self) {
+        self.ids.ids.remove(&self.key);
+    }
+}
+
+/// The JSON-RPC error for a request whose id is already in flight in its session.
+pub(crate) fn duplicate_id(id: &Value) -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {
+            "code": -32600,
+            "message": format!(
+                "request id {id} is already in flight in this session: a request id must be \
+                 unique among the session's unanswered requests"
+            ),
+            "data": {"code": "duplicate-request-id"}
+        }
+    })
+}
+
 impl McpSession {
     /// A session whose tenant comes from each request's authentication (streamable HTTP).
     pub fn new(gateway: Arc<Gateway>) -> Self {
@@ -71,6 +159,7 @@ impl McpSession {
             gateway,
             tenant: Arc::new(OnceLock::new()),
             fixed: None,
+            ids: Arc::default(),
         }
     }
 
@@ -81,6 +170,7 @@ impl McpSession {
             gateway,
             tenant: Arc::new(OnceLock::new()),
             fixed: Some(tenant.to_owned()),
+            ids: Arc::default(),
         }
     }
 
@@ -262,18 +352,38 @@ impl ServerHandler for McpSession {
             NumberOrString::Number(n) => n.to_string(),
             NumberOrString::String(s) => s.to_string(),
         };
-        let args = Value::Object(request.arguments.clone().unwrap_or_default());
-        let origin = BatchOrigin {
-            transport: "mcp".into(),
-            session: ctx
-                .extensions
-                .get::<http::request::Parts>()
-                .and_then(|p| p.headers.get("mcp-session-id"))
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned),
-            client: client.as_ref().map(|c| c.name.clone()),
-            client_version: client.as_ref().map(|c| c.version.clone()),
+        let _claim = match &self.fixed {
+            Some(_) => {
+                let text = serde_json::to_string(&ctx.id).unwrap_or_default();
+                let claim = self.ids.claim("stdio", &text);
+                if claim.is_none() {
+                    return Err(ErrorData::invalid_request(
+                        format!("request id {text} is already in flight in this session"),
+                        Some(json!({"code": "duplicate-request-id"})),
+                    ));
+                }
+                claim
+            }
+            None => None,
         };
+        let args = Value::Object(request.arguments.clone().unwrap_or_default());
+        let parts = ctx.extensions.get::<http::request::Parts>();
+        let mut origin = match parts.and_then(|p| p.extensions.get::<RequestOrigin>()) {
+            Some(o) => o.batch_origin("mcp", Some(&id)),
+            // stdio: one client, one connection.
+            None => BatchOrigin {
+                transport: "mcp".into(),
+                connection: Some("stdio".into()),
+                request: Some(format!("id={id}")),
+                ..BatchOrigin::default()
+            },
+        };
+        origin.session = parts
+            .and_then(|p| p.headers.get("mcp-session-id"))
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        origin.client = client.as_ref().map(|c| c.name.clone());
+        origin.client_version = client.as_ref().map(|c| c.version.clone());
         let mut caller = Caller::new(&tenant, origin, ctx.ct.clone());
         caller.traceparent = ctx
             .meta

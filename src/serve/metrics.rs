@@ -28,7 +28,8 @@ struct TenantLabels {
 /// `sluice_call_wait_seconds` and `sluice_call_run_seconds` histograms (waiting for conflicting
 /// calls or approval, and running), `sluice_calls_in_flight{tenant}`, and
 /// `sluice_http_stalled_connections_total` (connections dropped because their client stopped
-/// reading).
+/// reading), `sluice_http_refused_connections_total` (closed at accept: the cap or the peer's
+/// share) and `sluice_http_timed_out_connections_total` (closed idle, or on a slow header).
 pub struct Metrics {
     registry: Mutex<Registry>,
     calls: Family<CallLabels, Counter>,
@@ -36,6 +37,8 @@ pub struct Metrics {
     run: Family<TenantLabels, Histogram>,
     in_flight: Family<TenantLabels, Gauge>,
     stalled: Counter,
+    refused: Counter,
+    timed_out: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -79,6 +82,18 @@ impl Metrics {
             "Connections dropped because their client stopped reading",
             stalled.clone(),
         );
+        let refused = Counter::default();
+        registry.register(
+            "sluice_http_refused_connections",
+            "Connections closed at accept: every place taken, or the peer's share",
+            refused.clone(),
+        );
+        let timed_out = Counter::default();
+        registry.register(
+            "sluice_http_timed_out_connections",
+            "Connections closed idle, or because a request's header came too slowly",
+            timed_out.clone(),
+        );
         Metrics {
             registry: Mutex::new(registry),
             calls,
@@ -86,6 +101,8 @@ impl Metrics {
             run,
             in_flight,
             stalled,
+            refused,
+            timed_out,
         }
     }
 
@@ -124,6 +141,16 @@ impl Metrics {
     /// A connection was dropped because its client stopped reading.
     pub fn stalled(&self) {
         self.stalled.inc();
+    }
+
+    /// A connection was closed at accept (`--max-connections`, or its peer's share).
+    pub fn refused_connection(&self) {
+        self.refused.inc();
+    }
+
+    /// A connection was closed by its idle or header timeout.
+    pub fn timed_out_connection(&self) {
+        self.timed_out.inc();
     }
 
     /// The metrics in the Prometheus text format.

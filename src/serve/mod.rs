@@ -23,6 +23,7 @@
 //! # }
 //! ```
 
+mod conn;
 mod elicit;
 mod http;
 mod mcp;
@@ -41,6 +42,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+pub use conn::{descriptor_limit, ConnectionLimits};
 pub use http::serve_http;
 pub use mcp::{serve_stdio, McpSession};
 pub use metrics::Metrics;
@@ -104,6 +106,9 @@ pub struct GatewayOptions {
     /// connection is dropped (default 30 s). An SSE stream that has nothing to send is not
     /// blocked.
     pub write_timeout: Duration,
+    /// The limits on connections: the cap and a peer's share, and the header, idle and body
+    /// timeouts (see [`ConnectionLimits`]).
+    pub connections: ConnectionLimits,
     /// Whether an MCP call's asks go to its client's user through MCP elicitation
     /// (`--approve elicit`). Without it, the kernel's approver answers.
     pub elicit: bool,
@@ -132,6 +137,7 @@ impl std::fmt::Debug for GatewayOptions {
             .field("max_sessions", &self.max_sessions)
             .field("hidden", &self.hidden.is_some())
             .field("write_timeout", &self.write_timeout)
+            .field("connections", &self.connections)
             .field("elicit", &self.elicit)
             .field("telemetry", &self.telemetry.as_ref().map(|t| t.endpoint()))
             .field(
@@ -153,6 +159,7 @@ impl Default for GatewayOptions {
             max_sessions: 1024,
             hidden: None,
             write_timeout: Duration::from_secs(30),
+            connections: ConnectionLimits::default(),
             elicit: false,
             telemetry: None,
             health: Vec::new(),
@@ -234,6 +241,12 @@ impl GatewayOptions {
     /// Sets how long a blocked write may wait for a client that stopped reading.
     pub fn with_write_timeout(mut self, d: Duration) -> Self {
         self.write_timeout = d;
+        self
+    }
+
+    /// Sets the connection limits.
+    pub fn with_connections(mut self, limits: ConnectionLimits) -> Self {
+        self.connections = limits;
         self
     }
 
@@ -336,6 +349,11 @@ pub struct Gateway {
     /// Each MCP session's tenant, by its `Mcp-Session-Id`: every request naming a session is
     /// refused unless it comes from the session's tenant.
     session_tenants: DashMap<String, String>,
+    /// The JSON-RPC request ids in flight in each MCP session (streamable HTTP).
+    request_ids: Arc<mcp::InFlightIds>,
+    /// This gateway's instance: random, so that connection ids in provenance stay unique
+    /// across restarts.
+    instance: String,
 }
 
 impl Gateway {
@@ -354,7 +372,15 @@ impl Gateway {
             abort: CancellationToken::new(),
             asks: elicit::PendingAsks::default(),
             session_tenants: DashMap::new(),
+            request_ids: Arc::default(),
+            instance: instance_id(),
         })
+    }
+
+    /// This gateway's instance id (random, 8 hex digits): the first part of every connection
+    /// id it records.
+    pub fn instance(&self) -> &str {
+        &self.instance
     }
 
     /// The kernel.
@@ -601,6 +627,18 @@ impl Gateway {
     pub fn names(&self) -> &ToolNames {
         &self.names
     }
+}
+
+/// A random instance id; the process id and the clock when the OS gives no random bytes.
+fn instance_id() -> String {
+    let mut bytes = [0u8; 4];
+    if getrandom::fill(&mut bytes).is_err() {
+        let t = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        bytes = (t ^ std::process::id()).to_be_bytes();
+    }
+    hex::encode(bytes)
 }
 
 /// Who sent a call or a batch, and how to reach them while it runs.

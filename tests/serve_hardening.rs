@@ -402,7 +402,7 @@ async fn a_request_id_already_in_flight_in_its_session_is_refused() {
         &tools_call(json!(5), "sluice.kv.incr", json!({"key": "n"})),
     )
     .await;
-    assert_eq!(status, 400, "{text}");
+    assert_eq!(status, 409, "{text}");
     let err = message(&text, &json!(5)).unwrap_or_else(|| panic!("{text}"));
     assert_eq!(err["error"]["code"], -32600, "{err}");
     assert_eq!(

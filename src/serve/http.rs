@@ -477,7 +477,7 @@ async fn mcp_request(
             let text = id.to_string();
             claim = gateway.request_ids.claim(session, &text);
             if claim.is_none() {
-                return json_response(StatusCode::BAD_REQUEST, &super::mcp::duplicate_id(&id));
+                return json_response(StatusCode::CONFLICT, &super::mcp::duplicate_id(&id));
             }
         }
     }

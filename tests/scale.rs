@@ -201,7 +201,7 @@ async fn two_runs_and_a_gateway_share_the_conflict_domain_as_the_recorder_sees_i
     let first = support::sluice(&["db", "migrate", &pg.url], None, None);
     assert_eq!(first.code, 0, "{}", first.stderr);
     assert!(
-        first.stdout.contains("from version 0 to 4"),
+        first.stdout.contains("from version 0 to 5"),
         "{}",
         first.stdout
     );

@@ -804,3 +804,281 @@ async fn sslmode_require_speaks_tls_and_checks_the_server() {
         .to_string();
     assert!(e.to_lowercase().contains("certificate"), "{e}");
 }
+
+/// Issue 41, item 1: a call admitted by a gateway with `--max-concurrency 1` waits for the
+/// permit after its shared-domain wait has resolved. The gateway is paused past its lease while
+/// the call waits; another process runs a conflicting write; the gateway resumes: the call is
+/// fenced at the moment its handler would start, and never reaches the recorder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_waited_for_a_permit_past_its_lease_does_not_start() {
+    let pg = Postgres::start();
+    let server = http_server::start().await;
+    let dir = support::temp_dir("faults-permit");
+    recorder_tools(&dir, &server);
+    let lease = ["--domain", pg.url.as_str(), "--lease", "2"];
+    let state = |call: &str| {
+        pg.try_sql(&format!(
+            "SELECT state FROM sluice_calls WHERE call = '{call}'"
+        ))
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+    };
+    let tools = dir.join("rec.json");
+    let mut args = vec!["--tools", tools.to_str().unwrap(), "--max-concurrency", "1"];
+    args.extend(lease);
+    let g = support::gateway::start(&args);
+    let post = |id: &'static str, key: &'static str, ms: u64| {
+        let base = g.base.clone();
+        tokio::spawn(async move {
+            let r = reqwest::Client::new()
+                .post(format!("{base}/v1/run"))
+                .header("content-type", "application/json")
+                .body(
+                    json!({"calls": [{"id": id, "tool": "rec.wait",
+                                      "input": {"key": key, "ms": ms}}]})
+                    .to_string(),
+                )
+                .send()
+                .await
+                .unwrap();
+            r.json::<Value>().await.unwrap()["results"][0].clone()
+        })
+    };
+    // a0 takes the one permit and is at the recorder; then a1 (rec:x, no predecessor) is
+    // admitted and waits for the permit.
+    let a0 = post("a0", "y", 1500);
+    eventually("a0 at the recorder", || server.connection_count() == 1).await;
+    let a1 = post("a1", "x", 77);
+    eventually("a1 admitted", || state("a1") == "admitted").await;
+    signal(&g.child, "-STOP");
+    let b = sluice_run(
+        &dir,
+        &json!({"tenant": "default", "calls": [
+            {"id": "b1", "tool": "rec.wait", "input": {"key": "x", "ms": 2000}}]}),
+        &lease,
+    );
+    eventually("the gateway's calls marked lost", || state("a1") == "lost").await;
+    eventually("B's write admitted", || state("b1") == "admitted").await;
+    signal(&g.child, "-CONT");
+    let b = tokio::task::spawn_blocking(move || output(b))
+        .await
+        .unwrap();
+    assert_eq!(b["results"][0]["status"], "ok", "{b}");
+    let a1 = a1.await.unwrap();
+    assert_eq!(a1["error"]["code"], "domain-unavailable", "{a1}");
+    assert!(
+        a1["error"]["message"].as_str().unwrap().contains("lapsed"),
+        "{a1}"
+    );
+    let _ = a0.await;
+    let spans = server.requests();
+    assert!(!spans.iter().any(|r| r.target == "/slow/77"), "{spans:?}");
+}
+
+/// Issue 41, item 2: a process stopped inside its admission transaction (caught there by the
+/// fault-injection pause) holds its tenant's advisory lock and its owner row. The server ends
+/// that transaction, so another process's call of the same tenant is admitted, and the reaper
+/// still reaps a SIGKILLed process of another tenant, whose successor runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_stopped_inside_its_admission_holds_no_one() {
+    let pg = Postgres::start();
+    let server = http_server::start().await;
+    let dir = support::temp_dir("faults-in-tx");
+    recorder_tools(&dir, &server);
+    let flags = [
+        "--domain",
+        pg.url.as_str(),
+        "--lease",
+        "2",
+        "--db-timeout",
+        "2",
+    ];
+    let state = |call: &str| {
+        pg.try_sql(&format!(
+            "SELECT state FROM sluice_calls WHERE call = '{call}'"
+        ))
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+    };
+    // Migrate first, so that A's first transaction is its admission.
+    let migrated = support::sluice(&["db", "migrate", &pg.url], None, None);
+    assert_eq!(migrated.code, 0, "{}", migrated.stderr);
+    let in_tx = || {
+        pg.sql(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE state = 'idle in transaction' AND backend_type = 'client backend'",
+        )
+        .trim()
+        .to_owned()
+    };
+    let a = support::scale::sluice_run_env(
+        &dir,
+        &json!({"tenant": "acme", "calls": [
+            {"id": "a1", "tool": "rec.wait", "input": {"key": "x", "ms": 10}}]}),
+        &flags,
+        &[("SLUICE_FAULT_PAUSE_IN_ADMISSION_MS", "600000")],
+    );
+    eventually("A inside its admission transaction", || in_tx() == "1").await;
+    signal(&a, "-STOP");
+    // C (another tenant) holds rec:z and dies.
+    let mut c = sluice_run(
+        &dir,
+        &json!({"tenant": "zeta", "calls": [
+            {"id": "c1", "tool": "rec.wait", "input": {"key": "z", "ms": 600000}}]}),
+        &flags,
+    );
+    eventually("C's write admitted", || state("c1") == "admitted").await;
+    c.kill().unwrap();
+    c.wait().unwrap();
+    // B: acme again, while A's transaction held acme's lock when it stopped.
+    let b = sluice_run(
+        &dir,
+        &json!({"tenant": "acme", "calls": [
+            {"id": "b1", "tool": "rec.wait", "input": {"key": "y", "ms": 10}}]}),
+        &flags,
+    );
+    // D: C's successor, run once the reaper has marked C's call lost.
+    let d = sluice_run(
+        &dir,
+        &json!({"tenant": "zeta", "calls": [
+            {"id": "d1", "tool": "rec.wait", "input": {"key": "z", "ms": 10}}]}),
+        &flags,
+    );
+    let (b, d) = tokio::task::spawn_blocking(move || (output(b), output(d)))
+        .await
+        .unwrap();
+    assert_eq!(b["results"][0]["status"], "ok", "{b}");
+    assert_eq!(d["results"][0]["status"], "ok", "{d}");
+    assert_eq!(state("c1"), "lost");
+    // The server ended the stopped process's transaction.
+    assert_eq!(in_tx(), "0");
+    signal(&a, "-CONT");
+    let mut a = a;
+    let _ = a.kill();
+    let _ = a.wait();
+}
+
+/// Issue 41, item 3: a write of a 9,000-character resource keeps its record, and so do the other
+/// calls committed with it; a later process links a read of it to that write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_resource_keeps_its_record_and_its_group_too() {
+    let pg = Postgres::start();
+    let dir = support::temp_dir("faults-long");
+    // Random-looking text, so that the server cannot compress it under its index-row limit.
+    let long: String = (0u32..141)
+        .map(|i| {
+            use sha2::Digest;
+            hex::encode(sha2::Sha256::digest(i.to_le_bytes()))
+        })
+        .collect::<String>()[..9000]
+        .to_owned();
+    let flags = [
+        "--domain",
+        pg.url.as_str(),
+        "--provenance",
+        pg.url.as_str(),
+        "--durability",
+        "durable",
+    ];
+    let batch = dir.join("long.json");
+    std::fs::write(
+        &batch,
+        json!({"tenant": "acme", "calls": [
+            {"id": "w", "tool": "sluice.kv.put", "input": {"key": long, "value": 1}},
+            {"id": "s", "tool": "sluice.kv.put", "input": {"key": "short", "value": 2}},
+            {"id": "r", "tool": "sluice.kv.get", "input": {"key": "short"}}]})
+        .to_string(),
+    )
+    .unwrap();
+    let mut args = vec!["run", "--batch", batch.to_str().unwrap()];
+    args.extend(flags);
+    let run = support::sluice(&args, None, None);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let v = run.json();
+    for r in v["results"].as_array().unwrap() {
+        assert_eq!(r["status"], "ok", "{r}");
+        assert_eq!(r["recorded"], true, "{r}");
+    }
+    // The digest is the key, the text is kept.
+    let kept = pg.sql(&format!(
+        "SELECT count(*) FROM sluice_last_writers WHERE tenant = 'acme' AND resource = 'kv:{long}'"
+    ));
+    assert_eq!(kept.trim(), "1");
+    // Another process reads the long key: its read links to that write.
+    let later = dir.join("later.json");
+    std::fs::write(
+        &later,
+        json!({"tenant": "acme", "calls": [
+            {"id": "g", "tool": "sluice.kv.get", "input": {"key": long}}]})
+        .to_string(),
+    )
+    .unwrap();
+    let mut args = vec!["run", "--batch", later.to_str().unwrap()];
+    args.extend(flags);
+    let run = support::sluice(&args, None, None);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let why = support::sluice(
+        &[
+            "provenance",
+            "why",
+            &pg.url,
+            "--tenant",
+            "acme",
+            "--call",
+            "g",
+        ],
+        None,
+        None,
+    );
+    assert_eq!(why.code, 0, "{}", why.stderr);
+    assert_eq!(why.json()[0]["ancestors"][0]["from"], "w", "{}", why.stdout);
+    let verify = support::sluice(
+        &["provenance", "verify", &pg.url, "--tenant", "acme"],
+        None,
+        None,
+    );
+    assert_eq!(verify.code, 0, "{}", verify.stderr);
+}
+
+/// Issue 41, item 4: every backend of a gateway terminated. The provenance writer learns of it
+/// from its connection at once (not from the next call's failed commit) and reconnects, so two
+/// seconds later the next call is recorded — never run and reported `recorded: false`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_connection_is_found_before_the_next_call() {
+    let pg = Postgres::start();
+    let g = support::gateway::start(&[
+        "--domain",
+        &pg.url,
+        "--provenance",
+        &pg.url,
+        "--durability",
+        "durable",
+    ]);
+    let http = reqwest::Client::new();
+    let call = |id: &'static str| {
+        let http = http.clone();
+        let base = g.base.clone();
+        async move {
+            let r = http
+                .post(format!("{base}/v1/run"))
+                .header("content-type", "application/json")
+                .body(
+                    json!({"calls": [{"id": id, "tool": "sluice.kv.incr", "input": {"key": "n"}}]})
+                        .to_string(),
+                )
+                .send()
+                .await
+                .unwrap();
+            r.json::<Value>().await.unwrap()["results"][0].clone()
+        }
+    };
+    let first = call("1").await;
+    assert_eq!(first["recorded"], true, "{first}");
+    assert!(pg.terminate_backends() >= 4);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let next = call("2").await;
+    assert_eq!(next["status"], "ok", "{next}");
+    assert_eq!(next["recorded"], true, "{next}");
+}

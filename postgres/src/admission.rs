@@ -343,6 +343,12 @@ async fn admit_group(
         ));
         waits.push(preds);
     }
+    // Fault injection for the tests (docs/testing.md): a pause here leaves the transaction
+    // open, holding the tenants' advisory locks and this process's owner row, as a process
+    // stopped or lost between the two round trips would.
+    if let Some(pause) = inner.fault_pause_in_admission {
+        tokio::time::sleep(pause).await;
+    }
     let insert_args: [&(dyn ToSql + Sync); 8] = [
         &t_col,
         &tenant_col,

@@ -92,6 +92,8 @@ pub(crate) struct Target {
     tls: Option<MakeRustlsConnect>,
     /// The URL without its password.
     pub(crate) shown: String,
+    /// How long the server keeps a silent client's transaction open (`None`: as the URL says).
+    idle_transactions: Option<Duration>,
 }
 
 impl std::fmt::Debug for Target {
@@ -173,6 +175,10 @@ impl Target {
             Some(o) => format!("{o} {statement_timeout}"),
             None => statement_timeout,
         };
+        // A transaction whose client went silent is ended by the server (see
+        // `with_idle_transactions`), unless the URL says otherwise.
+        let idle_transactions =
+            (!options.contains("idle_in_transaction_session_timeout")).then_some(timeout / 2);
         config.options(options);
         let tls = if verify || config.get_ssl_mode() == SslMode::Require {
             Some(tls_connector(rootcert.as_deref()).map_err(bad)?)
@@ -185,7 +191,41 @@ impl Target {
             }
             None
         };
-        Ok(Target { config, tls, shown })
+        Ok(Target {
+            config,
+            tls,
+            shown,
+            idle_transactions,
+        })
+    }
+
+    /// Bounds how long the server keeps a transaction open while this client says nothing
+    /// (`idle_in_transaction_session_timeout`), unless the URL sets it: a process paused or
+    /// lost inside a transaction (holding a tenant's advisory lock and its owner row) has the
+    /// transaction ended by the server, its locks freed, within `limit`.
+    pub(crate) fn with_idle_transactions(mut self, limit: Duration) -> Self {
+        if self.idle_transactions.is_some() {
+            self.idle_transactions = Some(limit);
+        }
+        self
+    }
+
+    /// The driver's configuration for one connection: the URL's, with the bound on idle
+    /// transactions.
+    fn connection_config(&self) -> Config {
+        let mut config = self.config.clone();
+        if let Some(limit) = self.idle_transactions {
+            let option = format!(
+                "-c idle_in_transaction_session_timeout={}",
+                limit.as_millis().max(50)
+            );
+            let options = match config.get_options() {
+                Some(o) => format!("{o} {option}"),
+                None => option,
+            };
+            config.options(options);
+        }
+        config
     }
 
     /// One connection, its driver running on a task of its own.
@@ -196,12 +236,19 @@ impl Target {
         };
         match &self.tls {
             None => {
-                let (client, connection) = self.config.connect(NoTls).await.map_err(failed)?;
+                let (client, connection) = self
+                    .connection_config()
+                    .connect(NoTls)
+                    .await
+                    .map_err(failed)?;
                 Ok((client, ConnectionTask::drive(connection)))
             }
             Some(tls) => {
-                let (client, connection) =
-                    self.config.connect(tls.clone()).await.map_err(failed)?;
+                let (client, connection) = self
+                    .connection_config()
+                    .connect(tls.clone())
+                    .await
+                    .map_err(failed)?;
                 Ok((client, ConnectionTask::drive(connection)))
             }
         }

@@ -47,6 +47,12 @@ pub(crate) struct Inner {
     pub(crate) closed: watch::Sender<bool>,
     /// An admission found this process's lease lapsed: the supervisor starts a new one now.
     pub(crate) renew: tokio::sync::Notify,
+    /// The lease (incarnation) each call admitted here and not yet released was admitted
+    /// under, by ticket: the fence a call passes just before its handler starts.
+    pub(crate) admitted: Mutex<HashMap<u64, u64>>,
+    /// `SLUICE_FAULT_PAUSE_IN_ADMISSION_MS`, read once: a pause between an admission's two
+    /// round trips, for the fault tests only (`None` unless set).
+    pub(crate) fault_pause_in_admission: Option<Duration>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -71,6 +77,20 @@ impl Inner {
     pub(crate) fn lease_ok(&self, incarnation: u64) -> bool {
         let l = self.lease();
         l.incarnation == incarnation && Instant::now() < l.fresh_until
+    }
+
+    /// Whether the call admitted as `ticket` may start now: the lease it was admitted under is
+    /// still this process's, and surely fresh by this process's monotonic clock.
+    pub(crate) fn fence(&self, ticket: u64) -> Result<(), String> {
+        let incarnation = lock(&self.admitted).get(&ticket).copied();
+        match incarnation {
+            Some(i) if self.lease_ok(i) => Ok(()),
+            Some(_) => Err(self.lapsed()),
+            None => Err(format!(
+                "ticket {ticket} is not a call this process admitted in {}",
+                self.target.shown
+            )),
+        }
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -305,7 +325,12 @@ impl PgDomain {
     /// outage is survived.
     pub async fn connect_with(url: &str, options: PgOptions) -> Result<Arc<Self>, PgError> {
         options.check()?;
-        let target = Target::parse(url, options.unavailable_after)?;
+        // A transaction of this process left open by a pause or a lost machine holds its
+        // tenants' advisory locks and its owner row: the server ends it within half the shorter
+        // of the lease and the wait, so neither the others' admissions nor the reaper wait on
+        // it past `--db-timeout`.
+        let target = Target::parse(url, options.unavailable_after)?
+            .with_idle_transactions(options.unavailable_after.min(options.lease) / 2);
         let shown = target.shown.clone();
         let db = |e: tokio_postgres::Error| PgError::Database {
             url: shown.clone(),
@@ -331,6 +356,11 @@ impl PgDomain {
             doubtful: Mutex::new(Vec::new()),
             closed: watch::channel(false).0,
             renew: tokio::sync::Notify::new(),
+            admitted: Mutex::new(HashMap::new()),
+            fault_pause_in_admission: std::env::var("SLUICE_FAULT_PAUSE_IN_ADMISSION_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map(Duration::from_millis),
         });
         let session = Session::open(&inner)
             .await
@@ -418,6 +448,7 @@ impl SharedDomain for PgDomain {
         ticket: u64,
         failed: bool,
     ) -> SharedFuture<Result<(), String>> {
+        lock(&self.inner.admitted).remove(&ticket);
         let (done, rx) = oneshot::channel();
         let sent = self.release.send(Release {
             ticket,
@@ -432,6 +463,10 @@ impl SharedDomain for PgDomain {
             rx.await
                 .unwrap_or_else(|_| Err(format!("the release task of {url} stopped")))
         })
+    }
+
+    fn fence(&self, _tenant: &str, ticket: u64) -> Result<(), String> {
+        self.inner.fence(ticket)
     }
 
     fn describe(&self) -> String {

@@ -102,10 +102,15 @@ impl ControlStatements {
                      VALUES ($1, now(), now() + make_interval(secs => $2))",
                 )
                 .await?,
-            // Judged by each owner's own expiry; a call whose owner is gone is lost too.
+            // Judged by each owner's own expiry; a call whose owner is gone is lost too. An
+            // owner row locked by a transaction of its own (a process paused inside an
+            // admission) is skipped, never waited for: the server ends that transaction
+            // (`idle_in_transaction_session_timeout`) and the next heartbeat reaps it.
             reap: client
                 .prepare(
-                    "WITH dead AS (DELETE FROM sluice_owners WHERE expires_at < now() \
+                    "WITH dead AS (DELETE FROM sluice_owners WHERE owner IN ( \
+                         SELECT owner FROM sluice_owners WHERE expires_at < now() \
+                         FOR UPDATE SKIP LOCKED) \
                        RETURNING owner), \
                      lost AS (UPDATE sluice_calls SET state = 'lost', ended_at = now() \
                        WHERE state = 'admitted' AND (owner IN (SELECT owner FROM dead) \

@@ -157,6 +157,11 @@ pub(crate) fn register(
 ) -> Vec<SharedFuture<Result<Option<String>, String>>> {
     let mut out = Vec::with_capacity(calls.len());
     let mut any = false;
+    inner
+        .admitted
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .extend(calls.iter().map(|(ticket, _)| (*ticket, incarnation)));
     let mut waiters = inner.lock_waiters();
     for (ticket, preds) in calls {
         if preds.is_empty() {

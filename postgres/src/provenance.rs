@@ -109,8 +109,22 @@ impl std::fmt::Debug for PgProvenance {
 /// One connection and its statements, prepared once.
 struct Link {
     client: Client,
-    _conn: ConnectionTask,
+    conn: ConnectionTask,
     st: LinkStatements,
+}
+
+impl Link {
+    /// Resolves with why the connection ended (a terminated backend, a cut network, a stopped
+    /// server): the writer learns it at once, not from the next group's failed commit.
+    async fn ended(&mut self) -> String {
+        loop {
+            match self.conn.events.recv().await {
+                Some(Ok(_)) => {}
+                Some(Err(why)) => return why,
+                None => return "the connection closed".to_owned(),
+            }
+        }
+    }
 }
 
 /// A [`Link`]'s statements.
@@ -163,19 +177,17 @@ impl Link {
             )
             .await?,
             upsert: prepare(
-                "INSERT INTO sluice_last_writers (tenant, resource, batch, call) \
-                 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) \
-                 ON CONFLICT (tenant, resource) DO UPDATE \
+                "INSERT INTO sluice_last_writers (key, tenant, resource, batch, call) \
+                 SELECT sha256(convert_to(t, 'UTF8') || '\\x00'::bytea || convert_to(r, 'UTF8')), \
+                   t, r, b, c \
+                 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(t, r, b, c) \
+                 ON CONFLICT (key) DO UPDATE \
                  SET batch = excluded.batch, call = excluded.call",
             )
             .await?,
             clear: prepare("DELETE FROM sluice_last_writers WHERE tenant = $1").await?,
         };
-        Ok(Link {
-            client,
-            _conn: conn,
-            st,
-        })
+        Ok(Link { client, conn, st })
     }
 }
 
@@ -350,16 +362,25 @@ impl Writer {
         while closing.is_none() {
             // While the database is unreachable, try again every second even with nothing
             // queued, so that the health check and `available` recover on their own.
-            let first = if self.link.is_none() {
-                match tokio::time::timeout(Duration::from_secs(1), rx.recv()).await {
+            let first = match &mut self.link {
+                None => match tokio::time::timeout(Duration::from_secs(1), rx.recv()).await {
                     Ok(m) => m,
                     Err(_) => {
                         self.reconnect().await;
                         continue;
                     }
-                }
-            } else {
-                rx.recv().await
+                },
+                // A connection that ends while nothing is queued is replaced now: until then
+                // `available` and the health check say so, and no call starts that the log
+                // could not keep (under `durable`).
+                Some(link) => tokio::select! {
+                    m = rx.recv() => m,
+                    why = link.ended() => {
+                        self.down(format!("the database {}: {why}", self.target.shown));
+                        self.reconnect().await;
+                        continue;
+                    }
+                },
             };
             let Some(first) = first else { break };
             let mut groups = Vec::new();

@@ -82,6 +82,21 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
              PRIMARY KEY (tenant, resource)
          );",
     ),
+    (
+        5,
+        "last writers keyed by a digest: a resource of any length keeps its record",
+        // A btree entry holds at most ~2,700 bytes, so a (tenant, resource) key refused a long
+        // resource and, with it, its whole group's records. The key is now the SHA-256 of
+        // tenant, NUL, resource (computed by the server, the same way for old rows and new);
+        // the text stays; a hash index (which stores only a hash) finds a tenant's rows.
+        "ALTER TABLE sluice_last_writers ADD COLUMN key bytea;
+         UPDATE sluice_last_writers SET key = sha256(
+             convert_to(tenant, 'UTF8') || '\\x00'::bytea || convert_to(resource, 'UTF8'));
+         ALTER TABLE sluice_last_writers ALTER COLUMN key SET NOT NULL;
+         ALTER TABLE sluice_last_writers DROP CONSTRAINT sluice_last_writers_pkey;
+         ALTER TABLE sluice_last_writers ADD PRIMARY KEY (key);
+         CREATE INDEX sluice_last_writers_tenant ON sluice_last_writers USING hash (tenant);",
+    ),
 ];
 
 /// Brings the schema to the newest version; returns (version before, version after).

@@ -29,6 +29,16 @@ pub fn recorder_tools(dir: &std::path::Path, server: &super::http_server::Server
 }
 
 pub fn sluice_run(dir: &std::path::Path, batch: &Value, extra: &[&str]) -> Child {
+    sluice_run_env(dir, batch, extra, &[])
+}
+
+/// [`sluice_run`] with environment variables set (the fault-injection ones, say).
+pub fn sluice_run_env(
+    dir: &std::path::Path,
+    batch: &Value,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Child {
     let path = dir.join(format!(
         "batch-{}.json",
         batch["calls"][0]["id"].as_str().unwrap()
@@ -40,6 +50,7 @@ pub fn sluice_run(dir: &std::path::Path, batch: &Value, extra: &[&str]) -> Child
         .arg("--batch")
         .arg(&path)
         .args(extra)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -89,6 +89,17 @@ pub trait SharedDomain: Send + Sync + 'static {
     /// released elsewhere.
     fn release(&self, tenant: &str, ticket: u64, failed: bool) -> SharedFuture<Result<(), String>>;
 
+    /// Whether the call admitted as `ticket` may start **now**: the kernel asks immediately
+    /// before its handler starts, after every wait (its predecessors, an approval, a permit
+    /// under the caps, anything added later), on the one path every call takes to its handler.
+    /// An `Err` (the process's lease lapsed while the call waited: other processes may already
+    /// have run conflicting calls) ends the call `domain-unavailable` without running it.
+    /// Must not block. Default: always `Ok`.
+    fn fence(&self, tenant: &str, ticket: u64) -> Result<(), String> {
+        let _ = (tenant, ticket);
+        Ok(())
+    }
+
     /// Names the domain in messages (a URL without its password).
     fn describe(&self) -> String;
 }

@@ -434,7 +434,10 @@ async fn sigterm_drains_and_the_log_verifies() {
     let verify = support::sluice(&["provenance", "verify", log.to_str().unwrap()], None, None);
     assert_eq!(verify.code, 0, "{}", verify.stderr);
     let text = std::fs::read_to_string(&log).unwrap();
-    assert!(text.contains(r#""request":"1","transport":"http"}"#), "{text}");
+    assert!(
+        text.contains(r#""request":"1","transport":"http"}"#),
+        "{text}"
+    );
     assert!(text.contains(r#""origin":{"connection":""#), "{text}");
     // Keep Drop from killing an exited process twice.
     g.child = Command::new("true").spawn().unwrap();

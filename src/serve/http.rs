@@ -431,19 +431,18 @@ async fn mcp_request(
         .map(|v| v.to_str().unwrap_or_default().to_owned());
     let mut place = None;
     match &session {
-        Some(id) => {
-            if gateway.session_tenant(id).as_deref() != Some(tenant) {
-                // The same answer as for a session that does not exist: another tenant's
-                // session id tells nothing about that session.
-                return error(
-                    StatusCode::NOT_FOUND,
-                    "no-session",
-                    "no MCP session with this `Mcp-Session-Id` for this token: start a new \
-                     session (initialize)",
-                    None,
-                );
-            }
+        Some(id) if gateway.session_tenant(id).as_deref() != Some(tenant) => {
+            // The same answer as for a session that does not exist: another tenant's session id
+            // tells nothing about that session.
+            return error(
+                StatusCode::NOT_FOUND,
+                "no-session",
+                "no MCP session with this `Mcp-Session-Id` for this token: start a new session \
+                 (initialize)",
+                None,
+            );
         }
+        Some(_) => {}
         None if method == Method::POST => {
             // The place is counted now, in one step with the check; the session rmcp opens for
             // this request adopts it (and a request that opens none gives it back).

@@ -64,9 +64,9 @@ const RESERVED_DESCRIPTORS: u64 = 64;
 const DEFAULT_MAX: usize = 4096;
 
 impl ConnectionLimits {
-    /// The connection cap: the one set, or the descriptor limit less
-    /// [`RESERVED_DESCRIPTORS`] (at least 16, at most 4,096), so that the cap, not `EMFILE`, is
-    /// what a flood of sockets meets.
+    /// The connection cap: the one set, or the descriptor limit less 64 (kept for the log,
+    /// database connections, MCP servers' pipes; at least 16, at most 4,096), so that the cap,
+    /// not `EMFILE`, is what a flood of sockets meets.
     pub fn resolved_max(&self) -> usize {
         self.max.unwrap_or_else(|| match descriptor_limit() {
             Some(n) => usize::try_from(n.saturating_sub(RESERVED_DESCRIPTORS))

@@ -78,8 +78,9 @@ pub fn lexical_absolute(root: &Path, path: &Path) -> PathBuf {
 
 /// The file the OS would touch for the absolute `path`: every symbolic link that exists along
 /// it followed (the last component's too, a dangling one included), `..` taken physically
-/// after a link and lexically below what does not exist. After [`MAX_LINKS`] links the rest is
-/// taken as spelled (the OS then refuses the loop when the file is opened).
+/// after a link and lexically below what does not exist. After 40 links (Linux's
+/// `MAXSYMLINKS`) the rest is taken as spelled (the OS then refuses the loop when the file is
+/// opened).
 pub fn resolve_links(path: &Path) -> PathBuf {
     let mut out = PathBuf::from("/");
     // The components still to walk, last first.

@@ -376,6 +376,8 @@ fn kernel_built(
                     s.edge_places.push((e.from.clone(), place));
                     s.edges.push((e.from, e.to))
                 }
+                // A closure sink is not durable first: the kernel hands it no intents.
+                Record::Intent(_) => {}
             }
         });
     }

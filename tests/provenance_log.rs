@@ -428,7 +428,8 @@ fn one_writer_at_a_time() {
         None,
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
-    assert_eq!(verify_file(&path).unwrap().records, 2);
+    // Durable (the CLI's default): the call's intent, then its record, then the batch's.
+    assert_eq!(verify_file(&path).unwrap().records, 3);
 }
 
 #[test]

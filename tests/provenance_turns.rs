@@ -549,3 +549,92 @@ async fn a_call_and_its_edges_are_one_commit_all_or_nothing() {
     log.close();
     assert_eq!(verify_file(&path).unwrap().records, 3);
 }
+
+/// Durable first (issue 41, item 5): on a file system that fills up mid-batch, no write leaves a
+/// file whose call is nowhere in the log. Each call's intent is on disk before its handler
+/// starts, so every file that exists belongs to a call the log names (its record, or at least
+/// its intent: outcome unknown), and a call whose intent could not be kept never ran.
+#[test]
+fn on_a_full_file_system_no_effect_is_left_without_its_record() {
+    let dir = temp_dir("full-fs-intents");
+    let root = dir.join("files");
+    let mnt = dir.join("mnt");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&mnt).unwrap();
+    let calls: Vec<Value> = (0..30)
+        .map(|i| {
+            json!({"id": format!("w{i}"), "tool": "sluice.fs.write",
+                   "input": {"path": format!("f{i}.txt"), "content": "x"}})
+        })
+        .collect();
+    let batch = dir.join("batch.json");
+    std::fs::write(
+        &batch,
+        json!({"tenant": "acme", "calls": calls}).to_string(),
+    )
+    .unwrap();
+    // The issue's report: a 64 KiB tmpfs, 30 writes.
+    let script = r#"
+        mount -t tmpfs -o size=64k tmpfs "$1" || exit 97
+        head -c 56000 /dev/zero > "$1/filler"
+        "$2" run --batch "$3" --root "$4" --provenance "$1/log.jsonl" >"$5/out.json" 2>"$5/err.txt"
+        echo $? >"$5/code.txt"
+        cp "$1/log.jsonl" "$5/log.jsonl"
+    "#;
+    let out = in_mount_namespace(
+        script,
+        &[
+            mnt.to_str().unwrap(),
+            env!("CARGO_BIN_EXE_sluice"),
+            batch.to_str().unwrap(),
+            root.to_str().unwrap(),
+            dir.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "the script failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+    let stderr = read("err.txt");
+    assert_eq!(read("code.txt").trim(), "1", "the disk filled up: {stderr}");
+    let log = read("log.jsonl");
+    let named: Vec<(String, String)> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|l| {
+            (
+                l["record"]["type"].as_str().unwrap_or_default().to_owned(),
+                l["record"]["call"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let v: Value = serde_json::from_str(&read("out.json")).unwrap();
+    let results = v["results"].as_array().unwrap();
+    let mut written = 0;
+    for (i, r) in results.iter().enumerate() {
+        let call = format!("w{i}");
+        let file = root.join(format!("f{i}.txt"));
+        if file.exists() {
+            written += 1;
+            assert!(
+                named
+                    .iter()
+                    .any(|(t, c)| c == &call && (t == "intent" || t == "call")),
+                "{call} wrote its file and the log names it nowhere: {r}"
+            );
+        } else {
+            assert_ne!(r["status"], "ok", "{r}");
+        }
+        if r["status"] != "ok" {
+            assert_eq!(r["error"]["code"], "provenance-unavailable", "{r}");
+        }
+    }
+    // (How many ran depends on how the intents fell into group commits: all of one commit are
+    // kept or none. Whatever the split, none ran unrecorded.)
+    assert!(
+        written < 30,
+        "{written} of 30 written: the disk never filled up"
+    );
+}

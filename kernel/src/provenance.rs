@@ -66,6 +66,55 @@ pub struct CallRecord {
     pub tool_version: Option<String>,
 }
 
+/// A call's intent: written, under a durable log, before its handler starts (durable first).
+///
+/// A call whose intent is in the log and whose [`CallRecord`] is not started and never finished
+/// as far as the log knows: after a crash, its effect is *in doubt* (it may or may not have
+/// happened). Its [`idempotency_key`](Self::idempotency_key) is the one its handler was given, so
+/// the system it wrote to can tell whether it did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IntentRecord {
+    /// The accesses after templating.
+    pub accesses: Vec<AccessRecord>,
+    /// Who approved an ask.
+    pub approver: Option<String>,
+    /// The batch.
+    pub batch: String,
+    /// The call id.
+    pub call: String,
+    /// The rule, default or mode behind the decision.
+    pub decided_by: Option<String>,
+    /// `allow` or `ask` (a call that starts was allowed, or asked and approved).
+    pub decision: Option<String>,
+    /// The key the handler receives ([`idempotency_key`]).
+    pub idempotency_key: String,
+    /// sha256 (hex) of the canonical JSON of the input.
+    pub input_sha256: String,
+    /// The calls it was ordered after (`batch/call`), by the edges recorded before it.
+    pub predecessors: Vec<String>,
+    /// When its handler was about to start, unix time in milliseconds.
+    pub started_at_ms: f64,
+    /// The tenant.
+    pub tenant: String,
+    /// The tool id.
+    pub tool: String,
+    /// The tool's version.
+    pub tool_version: Option<String>,
+}
+
+/// The idempotency key of a call: 32 hex digits of SHA-256 over tenant, batch and call id. The
+/// same for every attempt Sluice makes of the call (and in its intent and provenance), and
+/// different for any two calls — so a system that deduplicates by it never drops a call that
+/// is not a repeat (two turns' `incr` with the same call id are two keys: their batches differ).
+pub fn idempotency_key(tenant: &str, batch: &str, call: &str) -> String {
+    let mut h = Sha256::new();
+    for part in ["sluice-idempotency-1", tenant, batch, call] {
+        h.update(part.as_bytes());
+        h.update([0u8]);
+    }
+    hex::encode(&h.finalize()[..16])
+}
+
 /// A conflict edge's record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EdgeRecord {
@@ -157,6 +206,20 @@ pub enum Record {
     Edge(EdgeRecord),
     /// A batch finished.
     Batch(BatchRecord),
+    /// A call is about to start (durable first: [`ProvenanceSink::durable_first`]).
+    Intent(IntentRecord),
+}
+
+impl Record {
+    /// The tenant the record belongs to.
+    pub fn tenant(&self) -> &str {
+        match self {
+            Record::Call(c) => &c.tenant,
+            Record::Edge(e) => &e.tenant,
+            Record::Batch(b) => &b.tenant,
+            Record::Intent(i) => &i.tenant,
+        }
+    }
 }
 
 /// The future a sink returns: resolved when the records are as safe as the sink promises, or
@@ -185,6 +248,16 @@ pub trait ProvenanceSink: Send + Sync + 'static {
     /// (no digests are computed) and results carry `recorded: None`. Default `true`.
     fn enabled(&self) -> bool {
         true
+    }
+
+    /// Whether the sink keeps a call's intent before the call starts (a durable log does): the
+    /// kernel then hands it a group of one [`Record::Intent`] just before the handler starts,
+    /// after every wait, and starts the handler only once that group is kept — a call whose
+    /// intent cannot be kept does not start (`provenance-unavailable`). So no effect happens
+    /// without its record: after a crash, the log names every call that started and never
+    /// finished. Default `false`.
+    fn durable_first(&self) -> bool {
+        false
     }
 
     /// Whether the sink can keep `tenant`'s records now, for a sink that must keep every call's

@@ -309,6 +309,11 @@ impl ProvenanceSink for PgProvenance {
         })
     }
 
+    /// Under `durable`, yes: every call's intent is committed before its handler starts.
+    fn durable_first(&self) -> bool {
+        self.durability == Durability::Durable
+    }
+
     fn available(&self, tenant: &str) -> Result<(), String> {
         if self.durability != Durability::Durable {
             return Ok(());
@@ -326,11 +331,7 @@ impl ProvenanceSink for PgProvenance {
 
 /// The tenant a group belongs to (every record names it).
 fn tenant_of(group: &[Record]) -> Option<&str> {
-    group.first().map(|r| match r {
-        Record::Call(c) => c.tenant.as_str(),
-        Record::Edge(e) => e.tenant.as_str(),
-        Record::Batch(b) => b.tenant.as_str(),
-    })
+    group.first().map(Record::tenant)
 }
 
 /// Why a commit did not happen.

@@ -58,6 +58,7 @@ fn write_record(record: &Record, out: &mut Vec<u8>) {
         Record::Call(c) => ("call", serde_json::to_writer(&mut *out, c)),
         Record::Edge(e) => ("edge", serde_json::to_writer(&mut *out, e)),
         Record::Batch(b) => ("batch", serde_json::to_writer(&mut *out, b)),
+        Record::Intent(i) => ("intent", serde_json::to_writer(&mut *out, i)),
     };
     if written.is_ok() && out.last() == Some(&b'}') {
         out.pop();

@@ -383,6 +383,11 @@ impl ProvenanceSink for ProvenanceLog {
         })
     }
 
+    /// Under `durable`, yes: every call's intent is on disk before its handler starts.
+    fn durable_first(&self) -> bool {
+        self.durability == Durability::Durable
+    }
+
     /// Under `durable`, no once a write failed (the log takes nothing more until it is opened
     /// again): the kernel then starts no call, so none runs unrecorded.
     fn available(&self, _tenant: &str) -> Result<(), String> {

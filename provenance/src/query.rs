@@ -94,6 +94,55 @@ pub struct Why {
     pub call: CallKey,
     /// Its ancestors, nearest first, each with the edge through which it was reached.
     pub ancestors: Vec<Ancestor>,
+    /// Present (and true) for a call that started and never finished as far as the log knows
+    /// (its intent is there, its record is not): its effect is in doubt.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub outcome_unknown: bool,
+}
+
+/// A call that started and never finished as far as the log knows: its intent is in the log
+/// (durable first), its outcome is not. After a crash, these are the effects in doubt.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Unfinished {
+    /// Its batch.
+    pub batch: String,
+    /// Its id.
+    pub call: String,
+    /// Its tool.
+    pub tool: String,
+    /// The key its handler was given: ask the system it wrote to whether it applied it.
+    pub idempotency_key: String,
+    /// When it started (unix ms).
+    pub started_at_ms: f64,
+    /// The tenant.
+    pub tenant: String,
+}
+
+/// The calls whose intent is in the log and whose record is not, in log order.
+pub fn outcome_unknown(records: &[Record]) -> Vec<Unfinished> {
+    let finished: std::collections::HashSet<(&str, &str)> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Call(c) => Some((c.batch.as_str(), c.call.as_str())),
+            _ => None,
+        })
+        .collect();
+    records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Intent(i) if !finished.contains(&(i.batch.as_str(), i.call.as_str())) => {
+                Some(Unfinished {
+                    batch: i.batch.clone(),
+                    call: i.call.clone(),
+                    tool: i.tool.clone(),
+                    idempotency_key: i.idempotency_key.clone(),
+                    started_at_ms: i.started_at_ms,
+                    tenant: i.tenant.clone(),
+                })
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// One ancestor: the read-after-write edge through which it was reached.
@@ -178,7 +227,7 @@ pub fn candidates(records: &[Record], call: &str, batch: Option<&str>) -> Vec<Ca
             _ => None,
         })
         .collect();
-    records
+    let mut out: Vec<Candidate> = records
         .iter()
         .filter_map(|r| match r {
             Record::Call(c) if c.call == call && batch.is_none_or(|b| b == c.batch) => {
@@ -191,7 +240,19 @@ pub fn candidates(records: &[Record], call: &str, batch: Option<&str>) -> Vec<Ca
             }
             _ => None,
         })
-        .collect()
+        .collect();
+    // A call that started and never finished is a call too.
+    for u in outcome_unknown(records) {
+        if u.call == call && batch.is_none_or(|b| b == u.batch) {
+            out.push(Candidate {
+                origin: origins.get(u.batch.as_str()).map(|o| (*o).clone()),
+                batch: u.batch,
+                tool: u.tool,
+                started_at_ms: Some(u.started_at_ms),
+            });
+        }
+    }
+    out
 }
 
 /// Answers a why question for every call with id `call` (in `batch`, when given).
@@ -209,16 +270,29 @@ pub fn why(records: &[Record], call: &str, batch: Option<&str>) -> Vec<Why> {
             }
         }
     }
-    let targets: Vec<CallKey> = records
+    let mut targets: Vec<(CallKey, bool)> = records
         .iter()
         .filter_map(|r| match r {
-            Record::Call(c) if c.call == call && batch.is_none_or(|b| b == c.batch) => Some(key(c)),
+            Record::Call(c) if c.call == call && batch.is_none_or(|b| b == c.batch) => {
+                Some((key(c), false))
+            }
             _ => None,
         })
         .collect();
+    for u in outcome_unknown(records) {
+        if u.call == call && batch.is_none_or(|b| b == u.batch) {
+            targets.push((
+                CallKey {
+                    batch: u.batch,
+                    call: u.call,
+                },
+                true,
+            ));
+        }
+    }
     targets
         .into_iter()
-        .map(|target| {
+        .map(|(target, outcome_unknown)| {
             let mut seen = BTreeSet::new();
             let mut queue = std::collections::VecDeque::from([target.clone()]);
             let mut ancestors = Vec::new();
@@ -237,6 +311,7 @@ pub fn why(records: &[Record], call: &str, batch: Option<&str>) -> Vec<Why> {
             Why {
                 call: target,
                 ancestors,
+                outcome_unknown,
             }
         })
         .collect()

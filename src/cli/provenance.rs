@@ -188,13 +188,7 @@ fn records(file: &Path, tenant: Option<&str>) -> anyhow::Result<Vec<Record>> {
     }
     .map_err(failed)?;
     if let Some(t) = tenant {
-        records.retain(|r| {
-            t == match r {
-                Record::Call(c) => c.tenant.as_str(),
-                Record::Edge(e) => e.tenant.as_str(),
-                Record::Batch(b) => b.tenant.as_str(),
-            }
-        });
+        records.retain(|r| r.tenant() == t);
     }
     Ok(records)
 }
@@ -513,9 +507,13 @@ fn verify(
             );
         }
     }
+    // Durable first: calls whose intent is here and whose outcome is not started and never
+    // finished (a crash, a kill): their effects are in doubt, and each is named.
+    let unknown = query::outcome_unknown(&read_source(source).map_err(failed)?);
     match format {
         TextOrJson::Json => {
-            let mut out = json!({"valid": true, "records": v.records, "head": v.head});
+            let mut out = json!({"valid": true, "records": v.records, "head": v.head,
+                                 "outcome_unknown": unknown});
             if let Some(c) = &checkpoint {
                 out["checkpoint"] = json!({"origin": c.origin, "size": c.size});
             }
@@ -535,7 +533,24 @@ fn verify(
                 name.display(),
                 v.records,
                 v.head
-            )
+            );
+            if !unknown.is_empty() {
+                outln!(
+                    "{} calls started and never finished (outcome unknown: their effects are in \
+                     doubt):",
+                    unknown.len()
+                );
+                for u in &unknown {
+                    outln!(
+                        "  --batch {} --call {} ({}, tenant {}, idempotency key {})",
+                        u.batch,
+                        u.call,
+                        u.tool,
+                        u.tenant,
+                        u.idempotency_key
+                    );
+                }
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

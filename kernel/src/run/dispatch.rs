@@ -394,7 +394,7 @@ async fn run_ordered(
                             job.prepared.call.id, job.prepared.call.tool
                         ),
                     ),
-                    Ok(()) => Box::pin(invoke(&mut job, &cancel)).await,
+                    Ok(()) => Box::pin(invoke(&mut job, &cancel, &edges)).await,
                 },
             },
         }

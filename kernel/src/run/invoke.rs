@@ -12,13 +12,17 @@ use super::job::{CallJob, Outcome};
 use super::observe::quietly;
 use crate::error::{panic_message, ErrorCode};
 use crate::model::Status;
-use crate::provenance;
+use crate::provenance::{self, EdgeRecord};
 use crate::transport::resolve::unrunnable_reason;
 use crate::transport::{ContextError, Handler, Tool, ToolContext, ToolError};
 
 /// Runs a call whose predecessors are done and whose ask (if any) was approved: a permit under
 /// the caps, the required needs, then the handler.
-pub(crate) async fn invoke(job: &mut CallJob, batch_cancel: &CancellationToken) -> Outcome {
+pub(crate) async fn invoke(
+    job: &mut CallJob,
+    batch_cancel: &CancellationToken,
+    edges: &[EdgeRecord],
+) -> Outcome {
     let Some(tool) = job.prepared.tool.clone() else {
         return Outcome::fail(Status::Error, ErrorCode::UnknownTool, "no such tool");
     };
@@ -60,6 +64,15 @@ pub(crate) async fn invoke(job: &mut CallJob, batch_cancel: &CancellationToken) 
         let message = format!("call `{}` cannot run: {e}", job.prepared.call.id);
         return Outcome::fail(Status::Error, code, message);
     }
+    // Durable first: the intent is kept before the handler starts, or the call does not start.
+    if let Err(why) = super::record::intent(job, edges).await {
+        job.secrets = ctx.handed_out();
+        let message = format!(
+            "call `{}` did not start: the provenance log could not keep its intent: {why}",
+            job.prepared.call.id
+        );
+        return Outcome::fail(Status::Error, ErrorCode::ProvenanceUnavailable, message);
+    }
     run_handler(job, &tool, handler, ctx, call_cancel, batch_cancel).await
 }
 
@@ -87,7 +100,7 @@ async fn run_handler(
     job.started = Some(Instant::now());
     // The input's digest is taken before the handler runs when a record needs it; otherwise the
     // input moves into the handler instead of being copied.
-    if job.kernel().sink.enabled() {
+    if job.kernel().sink.enabled() && job.input_sha256.is_none() {
         job.input_sha256 = Some(provenance::sha256_json(&job.prepared.call.input));
     }
     let input = std::mem::take(&mut job.prepared.call.input);

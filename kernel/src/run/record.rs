@@ -15,7 +15,9 @@ use futures::FutureExt;
 
 use crate::error::panic_message;
 use crate::model::CallError;
-use crate::provenance::{self, AccessRecord, CallRecord, EdgeRecord, Record, RecordFuture};
+use crate::provenance::{
+    self, AccessRecord, CallRecord, EdgeRecord, IntentRecord, Record, RecordFuture,
+};
 
 /// A call's result, waiting for the sink to answer for its records.
 pub(crate) struct Recording {
@@ -44,6 +46,76 @@ impl Recording {
         }
         result
     }
+}
+
+/// The call's accesses as records.
+fn access_records(job: &CallJob) -> Vec<AccessRecord> {
+    job.prepared
+        .accesses
+        .iter()
+        .map(|a| AccessRecord {
+            kind: a.kind.as_str().to_owned(),
+            resource: a.resource.to_text(),
+            mode: a.mode().as_str().to_owned(),
+        })
+        .collect()
+}
+
+/// Durable first: the call's intent goes to a sink that keeps intents
+/// ([`ProvenanceSink::durable_first`](crate::provenance::ProvenanceSink::durable_first)), and
+/// this answers once it is kept (on disk, for a durable log) — or why it was not, and then the
+/// call must not start. A sink that keeps no intents answers at once.
+pub(crate) async fn intent(job: &mut CallJob, edges: &[EdgeRecord]) -> Result<(), String> {
+    let sink = job.kernel().sink.clone();
+    if !sink.enabled() || !sink.durable_first() {
+        return Ok(());
+    }
+    let input_sha256 = provenance::sha256_json(&job.prepared.call.input);
+    job.input_sha256 = Some(input_sha256.clone());
+    let batch = &job.batch;
+    let record = IntentRecord {
+        accesses: access_records(job),
+        approver: job.approver.clone(),
+        batch: batch.id.to_string(),
+        call: job.prepared.call.id.clone(),
+        decided_by: job.authorization.as_ref().map(|a| a.by.to_string()),
+        decision: job
+            .authorization
+            .as_ref()
+            .map(|a| a.decision.as_str().to_owned()),
+        idempotency_key: provenance::idempotency_key(
+            &batch.tenant,
+            &batch.id,
+            &job.prepared.call.id,
+        ),
+        input_sha256,
+        predecessors: edges
+            .iter()
+            .map(|e| format!("{}/{}", e.from_batch, e.from))
+            .collect(),
+        started_at_ms: batch.unix_ms(Instant::now().saturating_duration_since(batch.started)),
+        tenant: batch.tenant.to_string(),
+        tool: job.prepared.call.tool.clone(),
+        tool_version: job
+            .prepared
+            .tool
+            .as_ref()
+            .map(|t| t.manifest().version.to_string()),
+    };
+    // The sink is the embedder's code: a panic refuses the intent (the call does not start).
+    let handed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        sink.record(vec![Record::Intent(record)])
+    }));
+    let kept = match handed {
+        Ok(pending) => std::panic::AssertUnwindSafe(pending).catch_unwind().await,
+        Err(payload) => Err(payload),
+    };
+    kept.unwrap_or_else(|payload| {
+        Err(format!(
+            "the provenance sink panicked: {}",
+            panic_message(payload.as_ref())
+        ))
+    })
 }
 
 /// Both steps at once, for a call with no successors to release.
@@ -85,16 +157,7 @@ pub(crate) fn begin(job: CallJob, outcome: Outcome, edges: Vec<EdgeRecord>) -> R
                 .clone()
                 .unwrap_or_else(|| provenance::sha256_json(&job.prepared.call.input)),
             output_sha256: outcome.output.as_ref().map(provenance::sha256_json),
-            accesses: job
-                .prepared
-                .accesses
-                .iter()
-                .map(|a| AccessRecord {
-                    kind: a.kind.as_str().to_owned(),
-                    resource: a.resource.to_text(),
-                    mode: a.mode().as_str().to_owned(),
-                })
-                .collect(),
+            accesses: access_records(&job),
             decision: job
                 .authorization
                 .as_ref()

@@ -199,6 +199,19 @@ impl ToolContext {
         self.inner.fencing_token
     }
 
+    /// The call's idempotency key: the same for every attempt of this call (the intent a
+    /// durable log keeps names it too), different for any two calls. HTTP tools send it as
+    /// `Idempotency-Key`, MCP tools in `_meta` as `sluice/idempotency-key`; a native handler
+    /// that writes to a store that deduplicates can pass it on. See
+    /// [`crate::provenance::idempotency_key`].
+    pub fn idempotency_key(&self) -> String {
+        crate::provenance::idempotency_key(
+            &self.inner.tenant,
+            &self.inner.batch_id,
+            &self.inner.call_id,
+        )
+    }
+
     /// A context for calling a handler outside a kernel (tests, examples): no provisions.
     pub fn detached(tenant: &str, call_id: &str, manifest: Arc<Manifest>) -> Self {
         Self::new(

@@ -262,6 +262,11 @@ impl HttpTool {
             }
             headers.push((name.clone(), v));
         }
+        // The call's idempotency key, unless the manifest sends one of its own: a service that
+        // deduplicates by it applies a retried call once.
+        if !has_header(&headers, "idempotency-key") {
+            headers.push(("Idempotency-Key".into(), ctx.idempotency_key()));
+        }
         let method = match self.spec.method {
             HttpMethod::Get => reqwest::Method::GET,
             HttpMethod::Post => reqwest::Method::POST,

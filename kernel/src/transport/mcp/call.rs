@@ -45,10 +45,14 @@ impl McpHandler {
     }
 }
 
+/// The `_meta` key of a call's idempotency key on an MCP `tools/call`.
+const IDEMPOTENCY_META: &str = "sluice/idempotency-key";
+
 impl Handler for McpHandler {
-    fn call(&self, _ctx: ToolContext, input: Value) -> HandlerFuture {
+    fn call(&self, ctx: ToolContext, input: Value) -> HandlerFuture {
         let endpoint = self.endpoint.clone();
         let remote = self.remote.clone();
+        let key = ctx.idempotency_key();
         Box::pin(async move {
             let arguments = match input {
                 Value::Object(map) => Some(map),
@@ -66,6 +70,12 @@ impl Handler for McpHandler {
             let session = endpoint.session().await?;
             let mut params = CallToolRequestParams::new(Cow::Owned(remote.to_string()));
             params.arguments = arguments;
+            // The call's idempotency key, for a server that deduplicates retried effects.
+            let mut meta = rmcp::model::RequestMetaObject::new();
+            meta.0
+                 .0
+                .insert(IDEMPOTENCY_META.into(), Value::String(key));
+            params.meta = Some(meta);
             // Dropping this future (deadline, cancellation) drops the request, and rmcp sends
             // `notifications/cancelled` for it. An answer that is already here wins over a
             // death declared at the same moment.

@@ -210,7 +210,88 @@ fn open_1m() {
     let _ = std::fs::remove_file(&path);
 }
 
-criterion_group!(benches, appends);
+/// Calls through a kernel whose log is durable: what recording costs a call end to end (under
+/// durable first, its intent too, before the handler starts). Independent no-op writes, 64 in
+/// one batch (group commit shares the syncs), and single-call batches one after another (a
+/// lone call pays its syncs alone).
+fn kernel_durable(c: &mut Criterion) {
+    use serde_json::{json, Value};
+    use sluice::kernel::transport::{handler, ToolContext};
+    use sluice::kernel::{Batch, Call, Kernel};
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let kernel = |log: &std::sync::Arc<ProvenanceLog>| {
+        let manifest = sluice::kernel::model::Manifest::from_value(json!({
+            "id": "b.write", "description": "writes x:{key}", "version": "1.0.0",
+            "input": {"type": "object"}, "output": {}, "mutating": true,
+            "effects": [{"kind": "writes", "resource": "x:{key}"}]}))
+        .expect("manifest");
+        let tool = sluice::kernel::transport::Tool::new(
+            manifest,
+            sluice::kernel::model::ManifestSource::built_in(),
+            Some(handler(|_ctx: ToolContext, _input: Value| async {
+                Ok(json!({}))
+            })),
+        )
+        .expect("tool");
+        Kernel::builder()
+            .tool(tool)
+            .provenance_arc(log.clone())
+            .build()
+            .expect("kernel")
+    };
+    let mut group = c.benchmark_group("provenance/kernel_durable");
+    group.sample_size(10);
+    const BATCH: u64 = 64;
+    group.throughput(Throughput::Elements(BATCH));
+    group.bench_function("batch_of_64_independent", |b| {
+        b.iter(|| {
+            let path = fresh("kernel-batch.jsonl");
+            let log =
+                std::sync::Arc::new(ProvenanceLog::open(&path, Durability::Durable).expect("log"));
+            let k = kernel(&log);
+            rt.block_on(async {
+                let calls = (0..BATCH)
+                    .map(|i| Call::new(format!("c{i}"), "b.write", json!({"key": i})))
+                    .collect();
+                let out = k.run(Batch::new("acme", calls).expect("batch")).await;
+                assert!(out
+                    .expect("ran")
+                    .results
+                    .iter()
+                    .all(|r| r.recorded == Some(true)));
+            });
+            // Dropping the kernel and the last handle closes the log (written, synced).
+            drop(k);
+            drop(log);
+        })
+    });
+    const LONE: u64 = 32;
+    group.throughput(Throughput::Elements(LONE));
+    group.bench_function("lone_calls_in_sequence", |b| {
+        b.iter(|| {
+            let path = fresh("kernel-lone.jsonl");
+            let log =
+                std::sync::Arc::new(ProvenanceLog::open(&path, Durability::Durable).expect("log"));
+            let k = kernel(&log);
+            rt.block_on(async {
+                for i in 0..LONE {
+                    let call = Call::new(format!("c{i}"), "b.write", json!({"key": i}));
+                    let out = k.run(Batch::new("acme", vec![call]).expect("batch")).await;
+                    assert_eq!(out.expect("ran").results[0].recorded, Some(true));
+                }
+            });
+            drop(k);
+            drop(log);
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, appends, kernel_durable);
 
 fn main() {
     if let Ok(path) = std::env::var(CHILD) {

@@ -89,6 +89,10 @@ impl ServerHandler for TestServer {
                 CallToolResult::structured(json!({"sum": n("a") + n("b")}))
             }
             "fail" => CallToolResult::error(vec![ContentBlock::text("the disk is on fire")]),
+            // What the call's `_meta` carried as its idempotency key.
+            "key" => CallToolResult::structured(
+                json!({"key": context.meta.get("sluice/idempotency-key").cloned()}),
+            ),
             "slow" => {
                 context.ct.cancelled().await;
                 self.seen.cancellations.fetch_add(1, Ordering::SeqCst);
@@ -416,4 +420,37 @@ fn a_tool_with_no_way_to_run_is_refused_at_registration() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("transport: native"), "{err}");
+}
+
+/// An MCP tool's call carries its idempotency key in `_meta` (`sluice/idempotency-key`), the key
+/// its context gives a native handler: 32 hex digits, one per call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_call_carries_its_idempotency_key_in_meta() {
+    let (e, _seen) = start_server().await;
+    let k = kernel_of(vec![mcp_manifest("t.key", &e, json!({}))]);
+    let r = k
+        .run(
+            Batch::new(
+                "t",
+                vec![
+                    Call::new("a", "t.key", json!({})),
+                    Call::new("b", "t.key", json!({})),
+                ],
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let key = |i: usize| {
+        r.results[i].output.as_ref().unwrap()["key"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no key: {:?}", r.results[i]))
+            .to_owned()
+    };
+    assert_eq!(key(0).len(), 32);
+    assert_ne!(key(0), key(1));
+    assert_eq!(
+        key(0),
+        sluice_kernel::provenance::idempotency_key("t", &r.batch_id, "a")
+    );
 }

@@ -557,11 +557,31 @@ mod tests {
         let r = t.build_request(&ctx, &input).unwrap();
         assert_eq!(r.method, reqwest::Method::POST);
         assert_eq!(r.url.as_str(), "https://api.example.com/items/a%2Fb");
-        assert_eq!(r.headers, vec![("X-Note".to_string(), "n=hi".to_string())]);
+        assert_eq!(
+            r.headers,
+            vec![
+                ("X-Note".to_string(), "n=hi".to_string()),
+                ("Idempotency-Key".to_string(), ctx.idempotency_key()),
+            ]
+        );
         let (body, content_type) = r.body.unwrap();
         assert_eq!(content_type, "application/json");
         let body: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(body, serde_json::json!({"note": "hi", "qty": 2}));
+
+        // A manifest that sends its own key keeps it.
+        let (own, m) = tool(serde_json::json!({
+            "kind": "http", "method": "POST", "urlTemplate": "https://api.example.com/x",
+            "headers": [{"name": "Idempotency-Key", "value": "{key}"}]
+        }));
+        let ctx2 = ToolContext::detached("acme", "c1", m);
+        let r = own
+            .build_request(&ctx2, &serde_json::json!({"key": "mine"}))
+            .unwrap();
+        assert_eq!(
+            r.headers,
+            vec![("Idempotency-Key".to_string(), "mine".to_string())]
+        );
 
         let bad = serde_json::json!({"id": "x", "note": "a\r\nX-Evil: 1"});
         let e = t.build_request(&ctx, &bad).unwrap_err();

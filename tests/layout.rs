@@ -1,9 +1,11 @@
-//! The kernel's layout, checked (docs/architecture.md draws it):
-//! - each stage folder imports only the stages below it (`model < access < {authorize,
+//! The workspace's layout, checked (docs/architecture.md draws it):
+//! - the crates depend one way: the kernel on no crate of the workspace, policy and provenance on
+//!   the kernel only, postgres on those, the facade and CLI on any;
+//! - each kernel stage folder imports only the stages below it (`model < access < {authorize,
 //!   provenance} < transport < order < run < {builtin, adapters}`, with `error` under all);
-//! - no module file imports another that imports it back, inside a folder too (a child that
-//!   reaches its parent `mod.rs` for something the parent re-exports from a sibling closes a
-//!   circle: it names the sibling instead).
+//! - in no library crate does a module file import another that imports it back, inside a folder
+//!   too (a child that reaches its parent `mod.rs` for something the parent re-exports from a
+//!   sibling closes a circle: it names the sibling instead).
 //!
 //! Paths are read from the source text: `crate::…` and `super::…` paths (and `{…}` groups after
 //! them), outside comments and `#[cfg(test)]` modules (tests may reach anything).
@@ -26,8 +28,18 @@ const RANKS: &[(&str, u8)] = &[
 ];
 
 fn src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("kernel/src")
+    crate_src("kernel")
 }
+
+/// A crate's `src` folder (`.` is the root package: the facade and the CLI).
+fn crate_src(dir: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(dir).join("src")
+}
+
+/// The crates whose modules the circle check reads. The root package (facade, CLI and gateway)
+/// joins once the gateway is a crate of its own and the CLI's helpers leave `cli/mod.rs` (issue
+/// 42): today `cli/*.rs` and `serve/*.rs` reach their parent `mod.rs`.
+const CRATES: &[&str] = &["kernel", "policy", "provenance", "postgres"];
 
 /// Every `.rs` file under `dir`, sorted.
 fn files(dir: &Path) -> Vec<PathBuf> {
@@ -47,23 +59,31 @@ fn files(dir: &Path) -> Vec<PathBuf> {
 /// The module path of a file: `transport/mcp/session.rs` is `[transport, mcp, session]`,
 /// `transport/mcp/mod.rs` is `[transport, mcp]`, `lib.rs` is `[]`.
 fn module_of(file: &Path) -> Vec<String> {
-    let rel = file.strip_prefix(src()).unwrap();
+    module_in(&src(), file)
+}
+
+/// The module path of a file in the crate whose source root is `root`.
+fn module_in(root: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(root).unwrap();
     let mut parts: Vec<String> = rel
         .iter()
         .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_owned())
         .collect();
-    if matches!(parts.last().map(String::as_str), Some("mod" | "lib")) {
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
         parts.pop();
     }
     parts
 }
 
-/// The file that defines a module path, if one does.
-fn file_of(module: &[String]) -> Option<PathBuf> {
+/// The file that defines a module path in the crate whose source root is `root`, if one does.
+fn file_in(root: &Path, module: &[String]) -> Option<PathBuf> {
     if module.is_empty() {
-        return Some(src().join("lib.rs"));
+        return Some(root.join("lib.rs"));
     }
-    let base = module.iter().fold(src(), |p, m| p.join(m));
+    let base = module.iter().fold(root.to_path_buf(), |p, m| p.join(m));
     let flat = base.with_extension("rs");
     let folder = base.join("mod.rs");
     [flat, folder].into_iter().find(|p| p.exists())
@@ -217,28 +237,39 @@ fn group_at(
 
 /// The file a path lands in: the deepest module file along it.
 fn target(path: &[String]) -> Option<PathBuf> {
-    (0..=path.len())
-        .rev()
-        .find_map(|k| file_of(&path[..k]).filter(|_| k > 0 || path.is_empty()))
+    target_in(&src(), path)
 }
 
-/// Every file's imports of other files.
+/// [`target`] in the crate whose source root is `root`.
+fn target_in(root: &Path, path: &[String]) -> Option<PathBuf> {
+    (0..=path.len())
+        .rev()
+        .find_map(|k| file_in(root, &path[..k]).filter(|_| k > 0 || path.is_empty()))
+}
+
+/// Every kernel file's imports of other files.
 fn imports() -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
+    imports_in(&src())
+}
+
+/// Every file's imports of other files of its crate (`root`: its source root). The binary's
+/// `main.rs` is a root of its own: its `crate::` is itself, and `mod` lines declare its modules.
+fn imports_in(root: &Path) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
     let mut graph = BTreeMap::new();
-    for file in files(&src()) {
-        let here = module_of(&file);
+    for file in files(root) {
+        let here = module_in(root, &file);
         let text = std::fs::read_to_string(&file).unwrap();
         let code = code(&text);
         let mut to = BTreeSet::new();
         for path in paths(&code, &here) {
-            if let Some(t) = target(&path) {
+            if let Some(t) = target_in(root, &path) {
                 if t != file {
                     to.insert(t);
                 }
             }
         }
         // A folder's mod.rs imports the children it declares.
-        if file.ends_with("mod.rs") || file.ends_with("lib.rs") {
+        if file.ends_with("mod.rs") || file.ends_with("lib.rs") || file.ends_with("main.rs") {
             for line in code.lines() {
                 let l = line.trim();
                 if let Some(name) = l
@@ -249,7 +280,7 @@ fn imports() -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
                 {
                     let mut child = here.clone();
                     child.push(name.to_owned());
-                    to.extend(file_of(&child));
+                    to.extend(file_in(root, &child));
                 }
             }
         }
@@ -301,7 +332,13 @@ fn every_stage_imports_only_the_stages_below_it() {
 
 #[test]
 fn no_module_file_imports_one_that_imports_it_back() {
-    let graph = imports();
+    for dir in CRATES {
+        no_circle_in(&crate_src(dir));
+    }
+}
+
+fn no_circle_in(root: &Path) {
+    let graph = imports_in(root);
     // Depth-first search for a cycle, reporting it whole.
     fn visit(
         n: &PathBuf,
@@ -335,9 +372,13 @@ fn no_module_file_imports_one_that_imports_it_back() {
     for n in graph.keys() {
         if !state.contains_key(n) {
             if let Some(cycle) = visit(n, &graph, &mut state, &mut Vec::new()) {
-                let names: Vec<String> = cycle.iter().map(|p| short(p)).collect();
+                let names: Vec<String> = cycle
+                    .iter()
+                    .map(|p| p.strip_prefix(root).unwrap().display().to_string())
+                    .collect();
                 panic!(
-                    "module files import each other in a circle: {}",
+                    "module files of {} import each other in a circle: {}",
+                    root.display(),
                     names.join(" -> ")
                 );
             }
@@ -375,4 +416,57 @@ fn the_path_reader_sees_what_the_compiler_sees() {
         target(&s(&["model", "Manifest"])),
         Some(src().join("model/mod.rs"))
     );
+}
+
+/// The workspace crates a crate's manifest depends on (not its dev-dependencies: tests may reach
+/// anything).
+fn workspace_deps(dir: &str) -> BTreeSet<String> {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(dir)
+        .join("Cargo.toml");
+    let text = std::fs::read_to_string(manifest).unwrap();
+    let mut section = String::new();
+    let mut out = BTreeSet::new();
+    for line in text.lines() {
+        let l = line.trim();
+        if l.starts_with('[') {
+            section = l.to_owned();
+            continue;
+        }
+        let runtime = section.ends_with("dependencies]") && !section.contains("dev-dependencies");
+        if let Some(name) = l.split(['=', ' ', '.']).next() {
+            if runtime && name.starts_with("sluice-") {
+                out.insert(name.to_owned());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_crates_depend_one_way() {
+    let allowed: &[(&str, &[&str])] = &[
+        ("kernel", &[]),
+        ("policy", &["sluice-kernel"]),
+        ("provenance", &["sluice-kernel"]),
+        ("postgres", &["sluice-kernel", "sluice-provenance"]),
+    ];
+    for (dir, may) in allowed {
+        let deps = workspace_deps(dir);
+        let extra: Vec<&String> = deps.iter().filter(|d| !may.contains(&d.as_str())).collect();
+        assert!(
+            extra.is_empty(),
+            "{dir} depends on {extra:?}; it may depend on {may:?} only (docs/architecture.md)"
+        );
+    }
+    // The reader itself: the facade depends on every crate below it.
+    let root = workspace_deps(".");
+    for c in [
+        "sluice-kernel",
+        "sluice-policy",
+        "sluice-provenance",
+        "sluice-postgres",
+    ] {
+        assert!(root.contains(c), "{root:?}");
+    }
 }

@@ -23,12 +23,10 @@ use sluice_kernel::order::first_conflict;
 use sluice_kernel::order::shared::{AdmitRequest, Admitted, Refusal};
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Statement};
 
 use crate::connection::{refused_by_server, refused_for_its_data, why};
-use crate::domain::{Inner, Session};
-use crate::leases::with_timeout;
 use crate::listener;
+use crate::state::{with_timeout, Inner, Session};
 
 /// The advisory lock key space of a tenant's admissions (keyed by the deployment's schema and
 /// the tenant's name hashed with it); provenance appends use their own.
@@ -48,58 +46,6 @@ pub(crate) struct Release {
     pub(crate) ticket: u64,
     pub(crate) failed: bool,
     pub(crate) done: oneshot::Sender<Result<(), String>>,
-}
-
-/// The admitting connection's statements, prepared once per connection.
-pub(crate) struct AdmitStatements {
-    begin: Statement,
-    lock: Statement,
-    fresh: Statement,
-    open: Statement,
-    numbers: Statement,
-    insert: Statement,
-    commit: Statement,
-}
-
-impl AdmitStatements {
-    pub(crate) async fn prepare(client: &Client) -> Result<Self, tokio_postgres::Error> {
-        Ok(Self {
-            begin: client.prepare("BEGIN").await?,
-            // `unnest` keeps the array's (sorted) order.
-            lock: client
-                .prepare(
-                    "SELECT pg_advisory_xact_lock(hashtextextended($3 || t, $2)) \
-                     FROM unnest($1::text[]) t",
-                )
-                .await?,
-            fresh: client
-                .prepare(
-                    "SELECT 1 FROM sluice_owners WHERE owner = $1 AND expires_at > now() \
-                     FOR SHARE",
-                )
-                .await?,
-            open: client
-                .prepare(
-                    "SELECT tenant, ticket, accesses, call FROM sluice_calls \
-                     WHERE tenant = ANY($1) AND state = 'admitted' ORDER BY ticket",
-                )
-                .await?,
-            numbers: client
-                .prepare("SELECT nextval('sluice_admission') FROM generate_series(1, $1::integer)")
-                .await?,
-            insert: client
-                .prepare(
-                    "INSERT INTO sluice_calls \
-                     (ticket, tenant, batch, call, tool, owner, accesses, waits_for, state) \
-                     SELECT t, tenant, batch, call, tool, $6, a, \
-                       ARRAY(SELECT jsonb_array_elements_text(w)::bigint), 'admitted' \
-                     FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], \
-                       $7::jsonb[], $8::jsonb[]) AS r(t, tenant, batch, call, tool, a, w)",
-                )
-                .await?,
-            commit: client.prepare("COMMIT").await?,
-        })
-    }
 }
 
 /// Accesses as stored: `[["writes", "kv:x"], ...]`.

@@ -9,14 +9,10 @@
 //! reconnects with backoff (50 ms doubling to 1 s), renews or replaces the lease, marks failed
 //! the admissions whose outcome it never heard, and re-checks the waiting calls.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio_postgres::{Client, Statement};
-
-use crate::connection::{refused_by_server, why};
-use crate::domain::{Inner, Lease, Session};
+use crate::state::{with_timeout, Inner, Lease, Session};
 
 /// A fresh name for a lease of this process.
 pub(crate) fn new_owner_name() -> String {
@@ -30,107 +26,6 @@ pub(crate) fn new_owner_name() -> String {
         bytes = nanos.to_le_bytes();
     }
     format!("{}-{}", std::process::id(), hex::encode(bytes))
-}
-
-/// Runs one round trip on `session` within [`crate::PgOptions::unavailable_after`]. A statement
-/// the server refused leaves the connection as it was; a connection that failed or did not
-/// answer in time ends the session (the supervisor reconnects).
-pub(crate) async fn with_timeout<T>(
-    inner: &Inner,
-    session: &Session,
-    fut: impl Future<Output = Result<T, tokio_postgres::Error>>,
-) -> Result<T, String> {
-    match tokio::time::timeout(inner.options.unavailable_after, fut).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => {
-            let text = format!("the database {}: {}", inner.target.shown, why(&e));
-            if !refused_by_server(&e) {
-                session.kill(text.clone());
-            }
-            Err(text)
-        }
-        Err(_) => {
-            let text = format!(
-                "the database {} did not answer within {:?}",
-                inner.target.shown, inner.options.unavailable_after
-            );
-            session.kill(text.clone());
-            Err(text)
-        }
-    }
-}
-
-/// The control connection's statements, prepared once per connection.
-pub(crate) struct ControlStatements {
-    pub(crate) release: Statement,
-    pub(crate) check: Statement,
-    heartbeat: Statement,
-    register: Statement,
-    reap: Statement,
-    settle_doubtful: Statement,
-}
-
-impl ControlStatements {
-    pub(crate) async fn prepare(client: &Client) -> Result<Self, tokio_postgres::Error> {
-        Ok(Self {
-            // Releases, many at once; each announces its ticket and whether it failed.
-            release: client
-                .prepare(
-                    "WITH r AS (SELECT * FROM unnest($1::bigint[], $2::text[]) AS r(ticket, state)), \
-                     ended AS (UPDATE sluice_calls c SET state = r.state, ended_at = now() FROM r \
-                       WHERE c.ticket = r.ticket AND c.state = 'admitted' \
-                       RETURNING c.ticket, c.state) \
-                     SELECT pg_notify($3, ticket || CASE WHEN state = 'ok' THEN ' 0' ELSE ' 1' END) \
-                     FROM ended",
-                )
-                .await?,
-            check: client
-                .prepare(
-                    "SELECT ticket, state FROM sluice_calls \
-                     WHERE ticket = ANY($1) AND state <> 'admitted'",
-                )
-                .await?,
-            heartbeat: client
-                .prepare(
-                    "UPDATE sluice_owners SET heartbeat = now(), \
-                     expires_at = now() + make_interval(secs => $2) WHERE owner = $1",
-                )
-                .await?,
-            register: client
-                .prepare(
-                    "INSERT INTO sluice_owners (owner, heartbeat, expires_at) \
-                     VALUES ($1, now(), now() + make_interval(secs => $2))",
-                )
-                .await?,
-            // Judged by each owner's own expiry; a call whose owner is gone is lost too. An
-            // owner row locked by a transaction of its own (a process paused inside an
-            // admission) is skipped, never waited for: the server ends that transaction
-            // (`idle_in_transaction_session_timeout`) and the next heartbeat reaps it.
-            reap: client
-                .prepare(
-                    "WITH dead AS (DELETE FROM sluice_owners WHERE owner IN ( \
-                         SELECT owner FROM sluice_owners WHERE expires_at < now() \
-                         FOR UPDATE SKIP LOCKED) \
-                       RETURNING owner), \
-                     lost AS (UPDATE sluice_calls SET state = 'lost', ended_at = now() \
-                       WHERE state = 'admitted' AND (owner IN (SELECT owner FROM dead) \
-                         OR owner NOT IN (SELECT owner FROM sluice_owners)) \
-                       RETURNING ticket) \
-                     SELECT pg_notify($1, ticket || ' 1') FROM lost",
-                )
-                .await?,
-            settle_doubtful: client
-                .prepare(
-                    "WITH d AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) \
-                       AS d(owner, batch, call)), \
-                     ended AS (UPDATE sluice_calls c SET state = 'failed', ended_at = now() \
-                       FROM d WHERE c.owner = d.owner AND c.batch = d.batch AND c.call = d.call \
-                       AND c.state = 'admitted' RETURNING c.ticket) \
-                     SELECT pg_notify($4, ticket || ' 1') FROM ended",
-                )
-                .await?,
-        })
-    }
 }
 
 /// Renews this process's lease on `session`, or (`fresh`, or when the renewal finds it lapsed)

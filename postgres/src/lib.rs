@@ -21,6 +21,10 @@
 //!   in its id) fails alone, `invalid-input`. Another task sends the releases, grouped too.
 //! - `listener`: the calls waiting for calls of any process, woken by `LISTEN`/`NOTIFY` (the
 //!   payload is a ticket and a flag, never a caller's text) and re-checked on every heartbeat.
+//! - `statements` and `state`, below the tasks: the SQL each connection prepares once, and the
+//!   state every task shares (the lease, the waiters, the current generation of connections, the
+//!   bounded round trip); `PgDomain` (`domain`) sits on top. No module imports one that imports
+//!   it back (`tests/layout.rs` checks it).
 //! - `leases`: the supervisor. It heartbeats this process's lease (each process's lease is its
 //!   own: its row holds its expiry, and other processes judge it by that), marks the calls of
 //!   processes whose lease ran out `lost`, and when a connection fails it reconnects with
@@ -66,6 +70,8 @@ mod leases;
 mod listener;
 mod provenance;
 mod schema;
+mod state;
+mod statements;
 
 use std::time::Duration;
 

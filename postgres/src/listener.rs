@@ -8,26 +8,13 @@
 //! and fresh: a process resumed after a pause longer than its lease, whose calls the others
 //! have marked `lost` and whose successors have run, starts none of them.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
-use crate::domain::{Inner, Session};
-use crate::leases::with_timeout;
+use crate::state::{with_timeout, Inner, Session, Waiter};
 use sluice_kernel::order::shared::SharedFuture;
-
-/// A local call waiting for calls of any process.
-pub(crate) struct Waiter {
-    /// The lease it was admitted under.
-    pub(crate) incarnation: u64,
-    /// The tickets it still waits for.
-    pub(crate) remaining: HashSet<u64>,
-    /// Their call ids, to name one that failed (`skip-dependents`).
-    pub(crate) names: HashMap<u64, String>,
-    pub(crate) failed: Option<String>,
-    pub(crate) tx: Option<oneshot::Sender<Result<Option<String>, String>>>,
-}
 
 impl Inner {
     /// A notification: `<ticket> <failed 0|1>`.

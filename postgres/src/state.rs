@@ -45,7 +45,7 @@ pub(crate) struct Inner {
     /// Admissions whose outcome is unknown (the connection failed before the commit's answer):
     /// (owner, batch, call), marked failed once the database is back (they did not run).
     pub(crate) doubtful: Mutex<Vec<Doubtful>>,
-    /// Set by [`PgDomain::close`].
+    /// Set by [`crate::PgDomain::close`].
     pub(crate) closed: watch::Sender<bool>,
     /// An admission found this process's lease lapsed: the supervisor starts a new one now.
     pub(crate) renew: tokio::sync::Notify,

@@ -3,7 +3,7 @@
 //! Takes in: a path — a file holding one manifest object or an array of them, or a directory
 //! whose `*.json` files are read (not recursively, in name order). Hands on: each manifest's JSON
 //! with its [`ManifestSource`] (file, and JSON pointer inside it for array elements), for
-//! [`crate::validate`] to judge and [`crate::registry`] to register.
+//! [`crate::model::validate()`] to judge and [`crate::transport::ToolRegistry`] to register.
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -7,7 +7,7 @@
 //! hold a value the schema refuses.
 //!
 //! Shape only: the rules beyond the schema (URL templates, resource templates, transport
-//! coherence, lints) live in [`crate::validate`].
+//! coherence, lints) live in [`crate::model::validate()`].
 
 use std::collections::BTreeMap;
 use std::fmt;

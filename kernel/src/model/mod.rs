@@ -1,7 +1,7 @@
 //! Stage 1, **model**: what a tool declares and what a model asks for, as Rust values.
 //!
 //! Everything downstream starts from two documents. A tool's *manifest* (Kindgi tool schema
-//! 1.1.0) is read from files ([`read_manifests`]), judged ([`validate`]: the JSON Schema, the
+//! 1.1.0) is read from files ([`read_manifests`]), judged ([`validate()`]: the JSON Schema, the
 //! rules beyond it, the lints; each finding a [`Diagnostic`] with its JSON pointer) and parsed into
 //! a [`Manifest`] whose types cannot hold what the schema refuses. A model's turn is a [`Batch`]
 //! of [`Call`]s, parsed with the JSON pointer of any problem; a call ends with one [`Status`]

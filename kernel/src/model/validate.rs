@@ -6,7 +6,7 @@
 //!
 //! The stages:
 //! 1. **Shape**: the project's own schema, `kernel/schema/tool.schema.json` (Draft 2020-12,
-//!    written from tool-schema 1.1.0). The serde model in [`crate::manifest`] gives the same
+//!    written from tool-schema 1.1.0). The serde model in [`crate::model::Manifest`] gives the same
 //!    verdict; a test holds them together on the fixture corpus.
 //! 2. **Rules beyond the schema** (errors): input and output schemas compile in their dialect
 //!    (Draft 2020-12, or what an MCP tool's `$schema` declares; no network fetch ever happens);

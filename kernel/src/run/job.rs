@@ -40,7 +40,7 @@ impl CallJob {
     }
 }
 
-/// How a call ended, before it becomes a [`CallResult`].
+/// How a call ended, before it becomes a [`super::result::CallResult`].
 pub(crate) struct Outcome {
     pub(crate) status: Status,
     pub(crate) output: Option<Value>,

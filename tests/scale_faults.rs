@@ -106,6 +106,17 @@ fn code(r: &CallResult) -> &str {
     r.error.as_ref().map(|e| e.code.as_str()).unwrap_or("")
 }
 
+/// A call's state in `sluice_calls` (empty until a process has migrated the schema and admitted
+/// it).
+fn call_state(pg: &Postgres, call: &str) -> String {
+    pg.try_sql(&format!(
+        "SELECT state FROM sluice_calls WHERE call = '{call}'"
+    ))
+    .unwrap_or_default()
+    .trim()
+    .to_owned()
+}
+
 fn admitted(pg: &Postgres) -> String {
     pg.sql("SELECT count(*) FROM sluice_calls WHERE state = 'admitted'")
         .trim()
@@ -306,15 +317,7 @@ async fn a_process_paused_past_its_lease_runs_none_of_the_calls_it_lost() {
     let dir = support::temp_dir("faults-pause");
     recorder_tools(&dir, &server);
     let lease = ["--domain", pg.url.as_str(), "--lease", "2"];
-    let state = |call: &str| {
-        // (the table exists once a process has migrated the schema)
-        pg.try_sql(&format!(
-            "SELECT state FROM sluice_calls WHERE call = '{call}'"
-        ))
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
-    };
+    let state = |call: &str| call_state(&pg, call);
     // A: a write of rec:x that holds the recorder 600 ms, then another that waits for it.
     let a = sluice_run(
         &dir,
@@ -816,14 +819,7 @@ async fn a_call_that_waited_for_a_permit_past_its_lease_does_not_start() {
     let dir = support::temp_dir("faults-permit");
     recorder_tools(&dir, &server);
     let lease = ["--domain", pg.url.as_str(), "--lease", "2"];
-    let state = |call: &str| {
-        pg.try_sql(&format!(
-            "SELECT state FROM sluice_calls WHERE call = '{call}'"
-        ))
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
-    };
+    let state = |call: &str| call_state(&pg, call);
     let tools = dir.join("rec.json");
     let mut args = vec!["--tools", tools.to_str().unwrap(), "--max-concurrency", "1"];
     args.extend(lease);
@@ -894,14 +890,7 @@ async fn a_process_stopped_inside_its_admission_holds_no_one() {
         "--db-timeout",
         "2",
     ];
-    let state = |call: &str| {
-        pg.try_sql(&format!(
-            "SELECT state FROM sluice_calls WHERE call = '{call}'"
-        ))
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
-    };
+    let state = |call: &str| call_state(&pg, call);
     // Migrate first, so that A's first transaction is its admission.
     let migrated = support::sluice(&["db", "migrate", &pg.url], None, None);
     assert_eq!(migrated.code, 0, "{}", migrated.stderr);

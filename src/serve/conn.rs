@@ -393,14 +393,15 @@ impl<S: AsyncWrite> AsyncWrite for Tracked<S> {
 /// request id stays in flight until its answer is done.
 pub(crate) struct Guarded<B, G> {
     inner: B,
-    _guard: G,
+    /// Held until the body ends (its last frame given) or is dropped, whichever comes first.
+    guard: Option<G>,
 }
 
 impl<B, G> Guarded<B, G> {
     pub(crate) fn new(inner: B, guard: G) -> Self {
         Guarded {
             inner,
-            _guard: guard,
+            guard: Some(guard),
         }
     }
 }
@@ -413,7 +414,13 @@ impl<B: HttpBody<Data = Bytes> + Unpin, G: Unpin> HttpBody for Guarded<B, G> {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(None) = polled {
+            // The answer is complete: the request is no longer in progress, and its id is free
+            // for the client's next request, before hyper gets round to dropping the body.
+            self.guard = None;
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {

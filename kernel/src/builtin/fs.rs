@@ -32,7 +32,7 @@ use serde_json::{json, Value};
 use super::manifest::manifest;
 use crate::error::{ErrorCode, Result};
 use crate::model::ManifestSource;
-use crate::transport::{handler, TenantScope, Tool, ToolContext, ToolError};
+use crate::transport::{handler, Handler, TenantScope, Tool, ToolContext, ToolError};
 
 /// How many symbolic links one path may pass through before it counts as a loop (Linux's
 /// `MAXSYMLINKS`).
@@ -339,6 +339,30 @@ async fn blocking<T: Send + 'static>(
     })
 }
 
+/// What an fs tool does with its file, given the root's handle, the path beneath it and the
+/// input: the output beside `path`.
+type FileOp = fn(&Dir, &Path, &Value) -> std::io::Result<Value>;
+
+/// The handler of an fs tool: the call's path confined to its tenant's root (made first when
+/// `create`, for a write), then `op` on it beneath the root's handle; the output is `{"path",
+/// ...op's}`, `path-escapes-root` or `io` naming the path and `what` was tried.
+fn beneath(roots: Arc<Roots>, what: &'static str, create: bool, op: FileOp) -> Arc<dyn Handler> {
+    handler(move |ctx: ToolContext, input: Value| {
+        let roots = roots.clone();
+        let root = roots.of(ctx.tenant());
+        blocking(move || {
+            let root = root?;
+            let raw = input.get("path").and_then(Value::as_str).unwrap_or("");
+            let (path, rel) = confined(&root, &input)?;
+            let dir = roots.open(&root, create)?;
+            let mut out =
+                op(&dir, &rel, &input).map_err(|e| beneath_error(what, raw, &path, &root, e))?;
+            out["path"] = Value::String(path.to_string_lossy().into_owned());
+            Ok(out)
+        })
+    })
+}
+
 /// `sluice.fs.read` and `sluice.fs.write`, confined to the tenant's root; their resources are
 /// the files the OS touches (see the module docs).
 pub(super) fn tools(roots: Arc<Roots>) -> Result<Vec<Tool>> {
@@ -350,7 +374,6 @@ pub(super) fn tools(roots: Arc<Roots>) -> Result<Vec<Tool>> {
     };
     let path_schema = json!({"type": "string", "minLength": 1});
 
-    let r = roots.clone();
     out.push(
         Tool::new(
             manifest(json!({
@@ -364,26 +387,14 @@ pub(super) fn tools(roots: Arc<Roots>) -> Result<Vec<Tool>> {
                 "effects": [{"kind": "reads", "resource": "fs:{path}"}]
             }))?,
             src(),
-            Some(handler(move |ctx: ToolContext, input: Value| {
-                let roots = r.clone();
-                let root = roots.of(ctx.tenant());
-                blocking(move || {
-                    let root = root?;
-                    let raw = input.get("path").and_then(Value::as_str).unwrap_or("");
-                    let (path, rel) = confined(&root, &input)?;
-                    let dir = roots.open(&root, false)?;
-                    let content = dir
-                        .read_to_string(&rel)
-                        .map_err(|e| beneath_error("read", raw, &path, &root, e))?;
-                    Ok(json!({"path": path.to_string_lossy(), "content": content}))
-                })
+            Some(beneath(roots.clone(), "read", false, |dir, rel, _input| {
+                Ok(json!({"content": dir.read_to_string(rel)?}))
             })),
         )?
         .with_canonical_input(canonical.clone())
         .with_scope(roots.scope()),
     );
 
-    let r = roots.clone();
     out.push(
         Tool::new(
             manifest(json!({
@@ -398,19 +409,10 @@ pub(super) fn tools(roots: Arc<Roots>) -> Result<Vec<Tool>> {
                 "effects": [{"kind": "writes", "resource": "fs:{path}"}]
             }))?,
             src(),
-            Some(handler(move |ctx: ToolContext, input: Value| {
-                let roots = r.clone();
-                let root = roots.of(ctx.tenant());
-                blocking(move || {
-                    let root = root?;
-                    let raw = input.get("path").and_then(Value::as_str).unwrap_or("");
-                    let (path, rel) = confined(&root, &input)?;
-                    let dir = roots.open(&root, true)?;
-                    let content = input.get("content").and_then(Value::as_str).unwrap_or("");
-                    dir.write(&rel, content)
-                        .map_err(|e| beneath_error("write", raw, &path, &root, e))?;
-                    Ok(json!({"path": path.to_string_lossy(), "bytes": content.len()}))
-                })
+            Some(beneath(roots.clone(), "write", true, |dir, rel, input| {
+                let content = input.get("content").and_then(Value::as_str).unwrap_or("");
+                dir.write(rel, content)?;
+                Ok(json!({"bytes": content.len()}))
             })),
         )?
         .with_canonical_input(canonical)

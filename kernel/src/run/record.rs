@@ -48,6 +48,14 @@ impl Recording {
     }
 }
 
+/// The version of the call's tool (`None` for an unknown tool).
+fn tool_version(job: &CallJob) -> Option<String> {
+    job.prepared
+        .tool
+        .as_ref()
+        .map(|t| t.manifest().version.to_string())
+}
+
 /// The call's accesses as records.
 fn access_records(job: &CallJob) -> Vec<AccessRecord> {
     job.prepared
@@ -96,11 +104,7 @@ pub(crate) async fn intent(job: &mut CallJob, edges: &[EdgeRecord]) -> Result<()
         started_at_ms: batch.unix_ms(Instant::now().saturating_duration_since(batch.started)),
         tenant: batch.tenant.to_string(),
         tool: job.prepared.call.tool.clone(),
-        tool_version: job
-            .prepared
-            .tool
-            .as_ref()
-            .map(|t| t.manifest().version.to_string()),
+        tool_version: tool_version(job),
     };
     // The sink is the embedder's code: a panic refuses the intent (the call does not start).
     let handed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -147,11 +151,7 @@ pub(crate) fn begin(job: CallJob, outcome: Outcome, edges: Vec<EdgeRecord>) -> R
             tenant: batch.tenant.to_string(),
             call: job.prepared.call.id.clone(),
             tool: job.prepared.call.tool.clone(),
-            tool_version: job
-                .prepared
-                .tool
-                .as_ref()
-                .map(|t| t.manifest().version.to_string()),
+            tool_version: tool_version(&job),
             input_sha256: job
                 .input_sha256
                 .clone()
@@ -183,15 +183,12 @@ pub(crate) fn begin(job: CallJob, outcome: Outcome, edges: Vec<EdgeRecord>) -> R
             Box::pin(async move { Err(why) })
         }));
     }
+    let version = tool_version(&job);
     Recording {
         result: CallResult {
             id: job.prepared.call.id,
             tool: job.prepared.call.tool,
-            version: job
-                .prepared
-                .tool
-                .as_ref()
-                .map(|t| t.manifest().version.to_string()),
+            version,
             status: outcome.status,
             output: outcome.output,
             error,

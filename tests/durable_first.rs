@@ -180,3 +180,55 @@ async fn an_http_tool_gets_the_calls_idempotency_key() {
     assert_eq!(sent.len(), 2);
     assert_ne!(sent[0], sent[1], "two calls, two keys");
 }
+
+/// The same on the shared log in PostgreSQL: `verify` of every tenant's chain, and of one,
+/// names the call a killed process left in doubt.
+#[test]
+fn after_a_crash_a_shared_log_names_the_calls_in_doubt() {
+    let pg = support::postgres::Postgres::start();
+    let dir = temp_dir("durable-crash-pg");
+    let batch = dir.join("batch.json");
+    std::fs::write(
+        &batch,
+        json!({"tenant": "acme", "calls": [
+            {"id": "long", "tool": "sluice.sleep", "input": {"ms": 600000}}]})
+        .to_string(),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["run", "--batch"])
+        .arg(&batch)
+        .args(["--provenance", &pg.url, "--durability", "durable"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let intents = pg
+            .try_sql(
+                "SELECT count(*) FROM sluice_provenance WHERE line LIKE '%\"type\":\"intent\"%'",
+            )
+            .unwrap_or_default();
+        if intents.trim() == "1" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the call never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    for args in [
+        vec!["provenance", "verify", pg.url.as_str()],
+        vec!["provenance", "verify", pg.url.as_str(), "--tenant", "acme"],
+    ] {
+        let verify = sluice(&args, None, None);
+        assert_eq!(verify.code, 0, "{args:?}: {}", verify.stderr);
+        assert!(
+            verify.stdout.contains("1 calls started and never finished")
+                && verify.stdout.contains("--call long"),
+            "{args:?}: {}",
+            verify.stdout
+        );
+    }
+}

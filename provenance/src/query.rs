@@ -120,29 +120,46 @@ pub struct Unfinished {
 
 /// The calls whose intent is in the log and whose record is not, in log order.
 pub fn outcome_unknown(records: &[Record]) -> Vec<Unfinished> {
-    let finished: std::collections::HashSet<(&str, &str)> = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Call(c) => Some((c.batch.as_str(), c.call.as_str())),
-            _ => None,
-        })
-        .collect();
-    records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Intent(i) if !finished.contains(&(i.batch.as_str(), i.call.as_str())) => {
-                Some(Unfinished {
-                    batch: i.batch.clone(),
-                    call: i.call.clone(),
-                    tool: i.tool.clone(),
-                    idempotency_key: i.idempotency_key.clone(),
-                    started_at_ms: i.started_at_ms,
-                    tenant: i.tenant.clone(),
-                })
+    let mut t = OutcomeTracker::default();
+    records.iter().for_each(|r| t.add(r));
+    t.unfinished()
+}
+
+/// [`outcome_unknown`] as a log is read, one record at a time: it keeps the intents and the
+/// finished calls' keys, never the whole log.
+#[derive(Debug, Default)]
+pub struct OutcomeTracker {
+    intents: Vec<Unfinished>,
+    finished: std::collections::HashSet<(String, String)>,
+}
+
+impl OutcomeTracker {
+    /// Takes one record in.
+    pub fn add(&mut self, record: &Record) {
+        match record {
+            Record::Intent(i) => self.intents.push(Unfinished {
+                batch: i.batch.clone(),
+                call: i.call.clone(),
+                tool: i.tool.clone(),
+                idempotency_key: i.idempotency_key.clone(),
+                started_at_ms: i.started_at_ms,
+                tenant: i.tenant.clone(),
+            }),
+            Record::Call(c) => {
+                self.finished.insert((c.batch.clone(), c.call.clone()));
             }
-            _ => None,
-        })
-        .collect()
+            _ => {}
+        }
+    }
+
+    /// The calls whose intent it saw and whose record it did not, in log order.
+    pub fn unfinished(self) -> Vec<Unfinished> {
+        let finished = self.finished;
+        self.intents
+            .into_iter()
+            .filter(|u| !finished.contains(&(u.batch.clone(), u.call.clone())))
+            .collect()
+    }
 }
 
 /// One ancestor: the read-after-write edge through which it was reached.

@@ -456,11 +456,14 @@ fn verify(
         }
         Ok(ExitCode::from(1))
     };
+    // Durable first: calls whose intent is here and whose outcome is not started and never
+    // finished (a crash, a kill): their effects are in doubt, and each is named.
+    let mut outcomes = query::OutcomeTracker::default();
     let checked = match &checkpoint {
         Some((signed, verifier)) => {
             verify_checkpoint_source(source, signed, verifier).map(|(v, c)| (v, Some(c)))
         }
-        None => source.scan(&mut |_, _| {}).map(|v| (v, None)),
+        None => source.scan(&mut |_, r| outcomes.add(&r)).map(|v| (v, None)),
     };
     let (v, checkpoint) = match checked {
         Ok(ok) => ok,
@@ -507,9 +510,11 @@ fn verify(
             );
         }
     }
-    // Durable first: calls whose intent is here and whose outcome is not started and never
-    // finished (a crash, a kill): their effects are in doubt, and each is named.
-    let unknown = query::outcome_unknown(&read_source(source).map_err(failed)?);
+    let unknown = match checkpoint {
+        // The checkpoint's check reads the log its own way: read the records once more.
+        Some(_) => query::outcome_unknown(&read_source(source).map_err(failed)?),
+        None => outcomes.unfinished(),
+    };
     match format {
         TextOrJson::Json => {
             let mut out = json!({"valid": true, "records": v.records, "head": v.head,
@@ -534,26 +539,31 @@ fn verify(
                 v.records,
                 v.head
             );
-            if !unknown.is_empty() {
-                outln!(
-                    "{} calls started and never finished (outcome unknown: their effects are in \
-                     doubt):",
-                    unknown.len()
-                );
-                for u in &unknown {
-                    outln!(
-                        "  --batch {} --call {} ({}, tenant {}, idempotency key {})",
-                        u.batch,
-                        u.call,
-                        u.tool,
-                        u.tenant,
-                        u.idempotency_key
-                    );
-                }
-            }
+            print_unknown(&unknown);
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// After an intact chain: the calls that started and never finished, each named.
+fn print_unknown(unknown: &[query::Unfinished]) {
+    if unknown.is_empty() {
+        return;
+    }
+    outln!(
+        "{} calls started and never finished (outcome unknown: their effects are in doubt):",
+        unknown.len()
+    );
+    for u in unknown {
+        outln!(
+            "  --batch {} --call {} ({}, tenant {}, idempotency key {})",
+            u.batch,
+            u.call,
+            u.tool,
+            u.tenant,
+            u.idempotency_key
+        );
+    }
 }
 
 /// `verify` of every tenant's chain in a database: exit 0 with each one's records and head, or 1
@@ -563,9 +573,10 @@ fn verify_tenants(url: &str, format: TextOrJson) -> anyhow::Result<ExitCode> {
     let mut chains = Vec::new();
     // Every tenant's chain is read, so a report names each broken one, not only the first.
     let mut broken = Vec::new();
+    let mut outcomes = query::OutcomeTracker::default();
     for tenant in &tenants {
         let source = PgChain::new(url, tenant);
-        match source.scan(&mut |_, _| {}) {
+        match source.scan(&mut |_, r| outcomes.add(&r)) {
             Ok(v) => chains.push((tenant, v)),
             Err(e) if e.is_io() => return Err(super::unreadable(&e)),
             Err(ProvenanceError::Damaged { line, why, .. }) => {
@@ -594,12 +605,13 @@ fn verify_tenants(url: &str, format: TextOrJson) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     let records: u64 = chains.iter().map(|(_, v)| v.records).sum();
+    let unknown = outcomes.unfinished();
     match format {
         TextOrJson::Json => outln!(
             "{}",
             json!({"valid": true, "records": records, "tenants": chains.iter().map(|(t, v)| {
                 json!({"tenant": t, "records": v.records, "head": v.head})
-            }).collect::<Vec<_>>()})
+            }).collect::<Vec<_>>(), "outcome_unknown": unknown})
         ),
         TextOrJson::Text => {
             outln!(
@@ -610,6 +622,7 @@ fn verify_tenants(url: &str, format: TextOrJson) -> anyhow::Result<ExitCode> {
             for (t, v) in &chains {
                 outln!("  {t}: {} records, head {}", v.records, v.head);
             }
+            print_unknown(&unknown);
         }
     }
     Ok(ExitCode::SUCCESS)

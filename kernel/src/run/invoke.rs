@@ -46,15 +46,6 @@ pub(crate) async fn invoke(
         job.kernel().provisions.clone(),
     )
     .with_fencing_token(job.fencing);
-    // Fencing, in the one place every call passes on its way to its handler, after every wait:
-    // a shared domain whose lease lapsed meanwhile may have let another process run a
-    // conflicting call, so this one must not start.
-    if let (Some(shared), Some(ticket)) = (&job.kernel().shared, job.fencing) {
-        if let Err(why) = shared.fence(&job.batch.tenant, ticket) {
-            let message = format!("call `{}` was not started: {why}", job.prepared.call.id);
-            return Outcome::fail(Status::Error, ErrorCode::DomainUnavailable, message);
-        }
-    }
     if let Err(e) = ctx.check_required() {
         job.secrets = ctx.handed_out();
         let code = match &e {
@@ -72,6 +63,15 @@ pub(crate) async fn invoke(
             job.prepared.call.id
         );
         return Outcome::fail(Status::Error, ErrorCode::ProvenanceUnavailable, message);
+    }
+    // Fencing, in the one place every call passes on its way to its handler, after every wait
+    // (the intent's sync included): a shared domain whose lease lapsed meanwhile may have let
+    // another process run a conflicting call, so this one must not start.
+    if let (Some(shared), Some(ticket)) = (&job.kernel().shared, job.fencing) {
+        if let Err(why) = shared.fence(&job.batch.tenant, ticket) {
+            let message = format!("call `{}` was not started: {why}", job.prepared.call.id);
+            return Outcome::fail(Status::Error, ErrorCode::DomainUnavailable, message);
+        }
     }
     run_handler(job, &tool, handler, ctx, call_cancel, batch_cancel).await
 }

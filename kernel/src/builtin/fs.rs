@@ -295,9 +295,11 @@ fn confined(root: &Root, input: &Value) -> Result<(PathBuf, PathBuf), ToolError>
         .get("path")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    // The kernel hands over the canonical path; a handler called outside a kernel resolves it
-    // here (the same function).
-    let path = root.canonical(raw);
+    // The kernel hands over the canonical path, resolved once when the call was prepared: it
+    // is taken as it is (resolving it again could follow a link swapped in since, to a file
+    // other than the one the policy judged). Whatever a link does now, the open beneath the
+    // root's handle cannot leave the root.
+    let path = lexical_absolute(&root.shown, Path::new(raw));
     match root.inside(&path) {
         Some(rel) => Ok((path.clone(), rel.to_owned())),
         None => Err(escape(raw, root)),

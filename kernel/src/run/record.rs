@@ -74,10 +74,10 @@ fn access_records(job: &CallJob) -> Vec<AccessRecord> {
 /// this answers once it is kept (on disk, for a durable log) — or why it was not, and then the
 /// call must not start. A sink that keeps no intents answers at once.
 pub(crate) async fn intent(job: &mut CallJob, edges: &[EdgeRecord]) -> Result<(), String> {
-    let sink = job.kernel().sink.clone();
-    if !sink.enabled() || !sink.durable_first() {
+    if !job.kernel().sink.enabled() || !job.kernel().sink.durable_first() {
         return Ok(());
     }
+    let sink = job.kernel().sink.clone();
     let input_sha256 = provenance::sha256_json(&job.prepared.call.input);
     job.input_sha256 = Some(input_sha256.clone());
     let batch = &job.batch;

@@ -21,12 +21,15 @@
 //! assert_eq!(plan.graph.waves(), vec![vec![0, 2], vec![1]]);
 //! ```
 
+#[cfg(feature = "http")]
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod report;
-pub mod serve;
 
 pub use sluice_kernel as kernel;
+pub use sluice_kernel::adapters::report;
 pub use sluice_policy as policy;
+#[cfg(feature = "postgres")]
 pub use sluice_postgres as postgres;
 pub use sluice_provenance as provenance;
+#[cfg(feature = "serve")]
+pub use sluice_serve as serve;

@@ -127,8 +127,17 @@ fn tool_definitions_match_their_golden_files() {
         .unwrap();
     assert_eq!(
         delete["annotations"],
-        json!({"readOnlyHint": false, "destructiveHint": true, "openWorldHint": false})
+        json!({"readOnlyHint": false, "destructiveHint": true, "idempotentHint": false,
+               "openWorldHint": false})
     );
+    // One rule (serve.md) wherever tools are listed: a tool that writes is destructive too.
+    let put = mcp
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "sluice.kv.put")
+        .unwrap();
+    assert_eq!(put["annotations"]["destructiveHint"], true);
 }
 
 #[test]

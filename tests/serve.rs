@@ -949,3 +949,60 @@ async fn a_client_that_stops_reading_is_dropped_and_the_others_go_on() {
         .unwrap();
     assert_eq!(health.status(), 200);
 }
+
+/// One listing rule everywhere (issue 42): the MCP `tools/list` of a session, the batch API's
+/// `/v1/tools?format=mcp` and `sluice tools --format mcp` give each tool the same entry (name,
+/// schemas, annotations, `_meta`), and the policy's hidden tool is left out of both of the
+/// gateway's listings alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_listing_of_the_gateway_agrees_with_the_cli() {
+    let dir = temp_dir("serve-listings");
+    let policy = client_policy(&dir);
+    let g = start(&["--policy", policy.to_str().unwrap()]);
+    let client = mcp_client(&format!("{}/mcp", g.base), None).await;
+    let listed: Vec<Value> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| serde_json::to_value(t).unwrap())
+        .collect();
+    let batch_api: Vec<Value> = reqwest::get(format!("{}/v1/tools?format=mcp", g.base))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let cli = support::sluice(&["tools", "--format", "mcp"], None, None);
+    assert_eq!(cli.code, 0, "{}", cli.stderr);
+    let by_name = |list: &[Value]| -> std::collections::BTreeMap<String, Value> {
+        list.iter()
+            .map(|t| (t["name"].as_str().unwrap().to_owned(), t.clone()))
+            .collect()
+    };
+    let (listed, batch_api) = (by_name(&listed), by_name(&batch_api));
+    let cli = by_name(cli.json().as_array().unwrap());
+    assert!(
+        !listed.contains_key("sluice.sleep"),
+        "a denied tool is hidden"
+    );
+    assert!(
+        !batch_api.contains_key("sluice.sleep"),
+        "from both listings"
+    );
+    assert!(cli.contains_key("sluice.sleep"), "the CLI lists every tool");
+    assert_eq!(listed.len(), cli.len() - 1);
+    for (name, entry) in &listed {
+        assert_eq!(
+            Some(entry),
+            batch_api.get(name),
+            "{name}: tools/list vs /v1/tools"
+        );
+        for key in ["inputSchema", "annotations", "_meta", "description"] {
+            assert_eq!(entry.get(key), cli[name].get(key), "{name}: {key}");
+        }
+    }
+    let put = &listed["sluice.kv.put"]["annotations"];
+    assert_eq!(put["destructiveHint"], true, "{put}");
+    client.cancel().await.unwrap();
+}

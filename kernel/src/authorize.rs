@@ -184,6 +184,15 @@ pub trait Authorizer: Send + Sync + 'static {
     /// Called after a person approved a `first_use` ask, so that later calls of the tool by the
     /// tenant are not asked again. Default: nothing is remembered.
     fn remember_approval(&self, _tenant: &str, _tool: &str) {}
+
+    /// Whether `tenant` is not to be offered `tool` (an id) at all: left out of the tool
+    /// listings made for the tenant (the gateway's `tools/list` and `/v1/tools`,
+    /// [`crate::adapters::ExportOptions::hiding`]). A policy hides the tools it denies
+    /// outright. Listing is not authorizing: a call of a hidden tool is still authorized with
+    /// [`Authorizer::authorize`]. Default: nothing is hidden.
+    fn hides(&self, _tenant: &str, _tool: &str) -> bool {
+        false
+    }
 }
 
 impl<F> Authorizer for F

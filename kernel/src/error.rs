@@ -141,6 +141,13 @@ pub enum Error {
         /// The call id.
         id: String,
     },
+    /// At shutdown, the provenance sink could not keep everything it was handed (or could not
+    /// close): the log lacks records of calls that ran.
+    #[error("the provenance log did not keep everything at shutdown: {why}")]
+    ProvenanceUnkept {
+        /// What the sink said.
+        why: String,
+    },
     /// Two calls of one batch share an id.
     #[error("the call id `{id}` is used twice in the batch (at /calls/{first}/id and /calls/{second}/id)")]
     DuplicateCallId {

@@ -266,6 +266,20 @@ pub trait ProvenanceSink: Send + Sync + 'static {
     fn available(&self, _tenant: &str) -> Result<(), String> {
         Ok(())
     }
+
+    /// Resolves once every group handed over before it is as safe as the sink promises; an
+    /// error when any could not be kept. [`crate::Kernel::shutdown`] calls it once no call is
+    /// left. Default: nothing to wait for.
+    fn flush(&self) -> RecordFuture {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Keeps what is queued, writes what closes the log (a last signed checkpoint), and takes
+    /// nothing more: later groups are refused. [`crate::Kernel::shutdown`] calls it last, after
+    /// [`ProvenanceSink::flush`]. Default: nothing to close.
+    fn close(&self) -> RecordFuture {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// The default sink: keeps nothing.

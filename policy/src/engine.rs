@@ -471,4 +471,10 @@ impl Authorizer for PolicyEngine {
     fn remember_approval(&self, tenant: &str, tool: &str) {
         self.approved.insert((tenant.to_owned(), tool.to_owned()));
     }
+
+    /// The tools a tool rule of the tenant's policy denies, and every tool of a tenant the
+    /// policy does not know ([`PolicyEngine::tool_denied`]).
+    fn hides(&self, tenant: &str, tool: &str) -> bool {
+        self.tool_denied(tenant, tool)
+    }
 }

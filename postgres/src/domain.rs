@@ -191,4 +191,10 @@ impl SharedDomain for PgDomain {
     fn describe(&self) -> String {
         self.inner.target.shown.clone()
     }
+
+    /// [`PgDomain::close`].
+    fn close(&self) -> SharedFuture<()> {
+        let me = self.clone();
+        Box::pin(async move { PgDomain::close(&me).await })
+    }
 }

@@ -281,20 +281,12 @@ impl PgProvenance {
 
     /// Waits until everything queued before it is committed; an error when anything could not be.
     pub async fn flush(&self) -> Result<(), String> {
-        let (done, rx) = oneshot::channel();
-        self.tx
-            .send(Message::Flush(done))
-            .map_err(|_| format!("the provenance log {} is closed", self.url))?;
-        rx.await
-            .map_err(|_| format!("the provenance writer of {} stopped", self.url))?
+        ProvenanceSink::flush(self).await
     }
 
     /// Commits what is queued and stops the writer; later appends are refused.
     pub async fn close(&self) {
-        let (done, rx) = oneshot::channel();
-        if self.tx.send(Message::Close(done)).is_ok() {
-            let _ = rx.await;
-        }
+        let _ = ProvenanceSink::close(self).await;
     }
 }
 
@@ -306,6 +298,28 @@ impl ProvenanceSink for PgProvenance {
             ack.await
                 .map_err(|_| format!("the provenance writer of {url} stopped"))?
                 .map(|_| ())
+        })
+    }
+
+    fn flush(&self) -> RecordFuture {
+        let (done, rx) = oneshot::channel();
+        let sent = self.tx.send(Message::Flush(done));
+        let url = self.url.clone();
+        Box::pin(async move {
+            sent.map_err(|_| format!("the provenance log {url} is closed"))?;
+            rx.await
+                .map_err(|_| format!("the provenance writer of {url} stopped"))?
+        })
+    }
+
+    fn close(&self) -> RecordFuture {
+        let (done, rx) = oneshot::channel();
+        let sent = self.tx.send(Message::Close(done)).is_ok();
+        Box::pin(async move {
+            if sent {
+                let _ = rx.await;
+            }
+            Ok(())
         })
     }
 

@@ -140,6 +140,8 @@ type Ack = oneshot::Sender<Result<u64, String>>;
 enum Message {
     Append(Vec<Record>, Option<Ack>),
     Flush(oneshot::Sender<Result<(), String>>),
+    /// Write what is queued, then close as a drop does; answers once the log is closed.
+    Close(oneshot::Sender<Result<(), String>>),
 }
 
 /// An open provenance log. Dropping it (or [`ProvenanceLog::close`]) writes what is queued, syncs,
@@ -344,14 +346,24 @@ impl ProvenanceLog {
     /// Waits until everything queued is written and synced; an error when anything could not be
     /// (records or checkpoints).
     pub async fn flush(&self) -> Result<(), String> {
+        ProvenanceSink::flush(self).await
+    }
+
+    /// Sends `message` (made with its answer's sender) to the writer; the future answers what
+    /// the writer says.
+    fn ask(&self, message: fn(oneshot::Sender<Result<(), String>>) -> Message) -> RecordFuture {
         let (done, rx) = oneshot::channel();
-        let Some(tx) = &self.tx else {
-            return Err("the provenance log is closed".into());
-        };
-        tx.send(Message::Flush(done))
-            .map_err(|_| "the provenance log is closed".to_string())?;
-        rx.await
-            .map_err(|_| "the provenance writer stopped".to_string())?
+        let sent = self
+            .tx
+            .as_ref()
+            .is_some_and(|tx| tx.send(message(done)).is_ok());
+        Box::pin(async move {
+            if !sent {
+                return Err("the provenance log is closed".to_string());
+            }
+            rx.await
+                .map_err(|_| "the provenance writer stopped".to_string())?
+        })
     }
 
     /// Writes what is queued, syncs, writes the last checkpoint, and closes the log.
@@ -381,6 +393,16 @@ impl ProvenanceSink for ProvenanceLog {
                 .map_err(|_| "the provenance writer stopped".to_string())?
                 .map(|_| ())
         })
+    }
+
+    fn flush(&self) -> RecordFuture {
+        self.ask(Message::Flush)
+    }
+
+    /// Writes what is queued, syncs and writes the last checkpoint, as a drop does; the log
+    /// takes nothing more.
+    fn close(&self) -> RecordFuture {
+        self.ask(Message::Close)
     }
 
     /// Under `durable`, yes: every call's intent is on disk before its handler starts.
@@ -518,7 +540,8 @@ impl Writer {
 
     fn run(mut self, rx: mpsc::Receiver<Message>) {
         let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
-        while let Ok(first) = rx.recv() {
+        let mut closing = None;
+        while let Some(first) = closing.is_none().then(|| rx.recv().ok()).flatten() {
             // Group commit: everything queued now goes in one write and one sync.
             let mut acks = Vec::new();
             let mut flushes = Vec::new();
@@ -536,8 +559,10 @@ impl Writer {
                         }
                     }
                     Message::Flush(done) => flushes.push(done),
+                    Message::Close(done) => closing = Some(done),
                 }
-                next = rx.try_recv().ok();
+                // What comes after a close is refused (its sender sees the log closed).
+                next = closing.is_none().then(|| rx.try_recv().ok()).flatten();
             }
             let mut result = match &self.broken {
                 Some(why) => Err(format!(
@@ -598,6 +623,14 @@ impl Writer {
                 }
             }
             self.write_checkpoints();
+        }
+        if let Some(done) = closing {
+            let closed = match (&self.broken, &self.checkpoint_error) {
+                (Some(why), _) => Err(format!("the log took nothing after a failed write: {why}")),
+                (None, Some(e)) => Err(format!("signed checkpoints could not be written: {e}")),
+                (None, None) => Ok(()),
+            };
+            let _ = done.send(closed);
         }
     }
 }

@@ -17,7 +17,7 @@ use sluice::kernel::transport::{EnvSecrets, ToolRegistry};
 use sluice::kernel::Batch;
 use sluice::provenance::{CheckpointOptions, Durability, LogOptions, ProvenanceLog};
 
-use super::Failure;
+use super::failure::Failure;
 
 /// The inputs `plan` and `run` share.
 #[derive(Debug, clap::Args)]
@@ -296,24 +296,9 @@ impl OpenLog {
         }
     }
 
-    /// Waits until everything queued is kept.
-    pub(crate) async fn flush(&self) -> Result<(), String> {
-        match self {
-            OpenLog::File(l) => l.flush().await,
-            OpenLog::Pg(l) => l.flush().await,
-        }
-    }
-
-    /// Stops a database log's writer once what is queued is committed (a file's writer is a
-    /// thread: [`OpenLog::close`] stops it). Call inside the runtime, after the kernel is gone.
-    pub(crate) async fn finish(&self) {
-        if let OpenLog::Pg(l) = self {
-            l.close().await;
-        }
-    }
-
-    /// Closes a log file (its last checkpoint is written then); call once the runtime is gone,
-    /// so that no task holds the log any more.
+    /// Joins a log file's writer thread ([`sluice::kernel::Kernel::shutdown`] closed the log
+    /// already; its last checkpoint is written); call once the runtime is gone, so that no task
+    /// holds the log any more.
     pub(crate) fn close(self) {
         if let OpenLog::File(l) = self {
             if let Ok(l) = std::sync::Arc::try_unwrap(l) {

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use super::Failure;
+use super::failure::Failure;
 
 /// `sluice db`.
 #[derive(Debug, clap::Subcommand)]

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use sluice::kernel::model::{self, McpEndpoint, ValidateOptions};
 use sluice::kernel::transport::mcp::{import_manifests, ImportOptions, McpOptions};
 
-use super::{invalid, Failure};
+use super::failure::{invalid, Failure};
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
@@ -102,7 +102,7 @@ pub(crate) fn run(command: Command) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot create the directory `{}`", out.display()))
         .map_err(|e| Failure {
             code: 2,
-            message: super::render_error(&e),
+            message: super::failure::render_error(&e),
         })?;
     let mut tools = Vec::new();
     for m in &imported.manifests {

@@ -2,51 +2,32 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
+
+pub(crate) use failure::{exit_code_of, render_error};
 
 /// Prints to standard output; a closed pipe (`sluice ... | head`) ends the program quietly
 /// instead of panicking.
 macro_rules! out {
     ($($arg:tt)*) => {
-        $crate::cli::emit(format_args!($($arg)*), false)
+        $crate::cli::output::emit(format_args!($($arg)*), false)
     };
 }
 
 /// [`out!`] with a newline.
 macro_rules! outln {
     ($($arg:tt)*) => {
-        $crate::cli::emit(format_args!($($arg)*), true)
+        $crate::cli::output::emit(format_args!($($arg)*), true)
     };
-}
-
-/// Writes to standard output; exits with status 0 when the reader has gone away.
-pub(crate) fn emit(args: std::fmt::Arguments<'_>, newline: bool) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    let r = out
-        .write_fmt(args)
-        .and_then(|_| {
-            if newline {
-                out.write_all(b"\n")
-            } else {
-                Ok(())
-            }
-        })
-        .and_then(|_| out.flush());
-    if let Err(e) = r {
-        if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(0);
-        }
-        eprintln!("sluice: cannot write to standard output: {e}");
-        std::process::exit(2);
-    }
 }
 
 pub(crate) mod common;
 mod db;
 mod demo;
+mod failure;
 #[cfg(feature = "mcp")]
 mod mcp;
+mod output;
 mod plan;
 mod policy;
 mod provenance;
@@ -101,15 +82,6 @@ enum Command {
     Mcp(mcp::Command),
 }
 
-/// Output format of `validate`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum TextOrJson {
-    /// For people.
-    Text,
-    /// For programs.
-    Json,
-}
-
 /// Runs the parsed command.
 pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
@@ -125,57 +97,4 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         #[cfg(feature = "mcp")]
         Command::Mcp(c) => mcp::run(c),
     }
-}
-
-/// An error that carries its own exit code and message (the message is already complete).
-#[derive(Debug)]
-pub(crate) struct Failure {
-    pub(crate) code: u8,
-    pub(crate) message: String,
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for Failure {}
-
-/// Exit 1: the input was invalid.
-pub(crate) fn invalid(message: impl Into<String>) -> anyhow::Error {
-    Failure {
-        code: 1,
-        message: message.into(),
-    }
-    .into()
-}
-
-/// Exit 2: a file could not be read; the message carries the error and its cause.
-pub(crate) fn unreadable(e: &dyn std::error::Error) -> anyhow::Error {
-    let cause = e.source().map(|s| format!(": {s}")).unwrap_or_default();
-    Failure {
-        code: 2,
-        message: format!("{e}{cause}"),
-    }
-    .into()
-}
-
-/// The exit code for an error: 2 for unreadable files and usage errors, 1 for invalid input.
-pub(crate) fn exit_code_of(e: &anyhow::Error) -> u8 {
-    if let Some(f) = e.downcast_ref::<Failure>() {
-        return f.code;
-    }
-    match e.downcast_ref::<sluice::kernel::Error>() {
-        Some(sluice::kernel::Error::Unreadable { .. }) => 2,
-        _ => 1,
-    }
-}
-
-/// The message for an error (its chain, one line).
-pub(crate) fn render_error(e: &anyhow::Error) -> String {
-    e.chain()
-        .map(|c| c.to_string())
-        .collect::<Vec<_>>()
-        .join(": ")
 }

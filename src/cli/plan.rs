@@ -9,7 +9,7 @@ use sluice::kernel::authorize::{Authorization, DecidedBy, Decision};
 use sluice::kernel::order::Plan;
 
 use super::common::{read_batch, BatchInput};
-use super::invalid;
+use super::failure::invalid;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {

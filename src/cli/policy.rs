@@ -13,7 +13,8 @@ use sluice::kernel::model::EffectKind;
 use sluice::policy::{PolicyDocument, PolicyEngine, PolicyError};
 
 use super::common::load_tools;
-use super::{Failure, TextOrJson};
+use super::failure::Failure;
+use super::output::TextOrJson;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
@@ -54,8 +55,8 @@ pub(crate) enum Command {
 pub(crate) fn load(path: &Path) -> anyhow::Result<PolicyEngine> {
     match PolicyEngine::from_path(path) {
         Ok(e) => Ok(e),
-        Err(e @ PolicyError::Unreadable { .. }) => Err(super::unreadable(&e)),
-        Err(e) => Err(super::invalid(e.to_string())),
+        Err(e @ PolicyError::Unreadable { .. }) => Err(super::failure::unreadable(&e)),
+        Err(e) => Err(super::failure::invalid(e.to_string())),
     }
 }
 
@@ -80,7 +81,7 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
             }
             Err(e) => {
                 load(&file)?;
-                Err(super::invalid(e.to_string()))
+                Err(super::failure::invalid(e.to_string()))
             }
         },
         Command::Explain {

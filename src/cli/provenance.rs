@@ -16,7 +16,8 @@ use sluice::provenance::{
 };
 use sluice_postgres::PgChain;
 
-use super::{Failure, TextOrJson};
+use super::failure::Failure;
+use super::output::TextOrJson;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
@@ -146,9 +147,9 @@ pub(crate) enum ExportFormat {
 /// A provenance error as the CLI's exit: files that cannot be read are 2, the rest 1.
 fn failed(e: ProvenanceError) -> anyhow::Error {
     if e.is_io() {
-        super::unreadable(&e)
+        super::failure::unreadable(&e)
     } else {
-        super::invalid(e.to_string())
+        super::failure::invalid(e.to_string())
     }
 }
 
@@ -204,7 +205,7 @@ fn shown(file: &Path) -> String {
 /// Reads a text file (exit 2 when it cannot be read).
 fn read_text(path: &Path, what: &str) -> anyhow::Result<String> {
     std::fs::read_to_string(path).map_err(|e| {
-        super::unreadable(&Failure {
+        super::failure::unreadable(&Failure {
             code: 2,
             message: format!("cannot read the {what} `{}`: {e}", path.display()),
         })
@@ -214,7 +215,7 @@ fn read_text(path: &Path, what: &str) -> anyhow::Result<String> {
 /// Reads a signer key file.
 pub(crate) fn read_signer_key(path: &Path) -> anyhow::Result<SignerKey> {
     SignerKey::parse(&read_text(path, "signer key")?)
-        .map_err(|e| super::invalid(format!("{}: {e}", path.display())))
+        .map_err(|e| super::failure::invalid(format!("{}: {e}", path.display())))
 }
 
 /// A verifier key given as text, or the file that holds it.
@@ -224,12 +225,12 @@ fn read_verifier_key(arg: &str) -> anyhow::Result<VerifierKey> {
     }
     let path = Path::new(arg);
     if !path.exists() {
-        return Err(super::invalid(format!(
+        return Err(super::failure::invalid(format!(
             "the verifier key `{arg}` is neither a key (`NAME+HEXID+BASE64`) nor a file"
         )));
     }
     VerifierKey::parse(&read_text(path, "verifier key")?)
-        .map_err(|e| super::invalid(format!("{}: {e}", path.display())))
+        .map_err(|e| super::failure::invalid(format!("{}: {e}", path.display())))
 }
 
 /// A signed checkpoint from a file: the one it holds, or the last of a `.checkpoints` file.
@@ -336,7 +337,7 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
                     (None, Some(t)) => format!(" among tenant `{t}`'s records"),
                     (None, None) => String::new(),
                 };
-                return Err(super::invalid(format!(
+                return Err(super::failure::invalid(format!(
                     "no call `{call}`{} in {}{whose}",
                     batch
                         .map(|b| format!(" in batch `{b}`"))
@@ -383,7 +384,7 @@ fn refuse_ambiguous(
         return Ok(());
     }
     let list: Vec<String> = named.iter().map(|c| format!("  {c}")).collect();
-    Err(super::invalid(format!(
+    Err(super::failure::invalid(format!(
         "{} calls have the id `{call}`{} in {}: say which with --batch\n{}",
         named.len(),
         batch
@@ -408,7 +409,7 @@ pub(crate) fn open(file: &Path, options: LogOptions) -> anyhow::Result<Provenanc
 
 /// `keygen`: a new signer key, written with mode 0600; the verifier key on stdout.
 fn keygen(name: &str, out: &Path) -> anyhow::Result<ExitCode> {
-    let key = SignerKey::generate(name).map_err(|e| super::invalid(e.to_string()))?;
+    let key = SignerKey::generate(name).map_err(|e| super::failure::invalid(e.to_string()))?;
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]
@@ -425,7 +426,7 @@ fn keygen(name: &str, out: &Path) -> anyhow::Result<ExitCode> {
         } else {
             e.to_string()
         };
-        return Err(super::unreadable(&Failure {
+        return Err(super::failure::unreadable(&Failure {
             code: 2,
             message: format!("cannot write the signer key `{}`: {why}", out.display()),
         }));
@@ -467,7 +468,7 @@ fn verify(
     };
     let (v, checkpoint) = match checked {
         Ok(ok) => ok,
-        Err(e) if e.is_io() => return Err(super::unreadable(&e)),
+        Err(e) if e.is_io() => return Err(super::failure::unreadable(&e)),
         Err(ProvenanceError::Damaged {
             line,
             why,
@@ -578,7 +579,7 @@ fn verify_tenants(url: &str, format: TextOrJson) -> anyhow::Result<ExitCode> {
         let source = PgChain::new(url, tenant);
         match source.scan(&mut |_, r| outcomes.add(&r)) {
             Ok(v) => chains.push((tenant, v)),
-            Err(e) if e.is_io() => return Err(super::unreadable(&e)),
+            Err(e) if e.is_io() => return Err(super::failure::unreadable(&e)),
             Err(ProvenanceError::Damaged { line, why, .. }) => {
                 let message = format!("{unit} {line}: the {unit} {why}", unit = source.unit());
                 broken.push((tenant, line, message, source.name().display().to_string()));

@@ -175,31 +175,18 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         builder.build()?
     };
     let result = runtime.block_on(kernel.run(batch))?;
-    if let Some(d) = &domain {
-        // Calls that did not run release once their predecessors elsewhere are done; then every
-        // call of this process has been released and nobody waits for its lease to end.
-        runtime.block_on(kernel.shared_settled());
-        runtime.block_on(d.close());
-    }
-    {
-        // MCP sessions close inside the runtime that runs them.
-        let _inside = runtime.enter();
-        drop(kernel);
-    }
-    // Everything the log holds is on disk before the answer; with the runtime gone no task
-    // holds the log any more, so closing it here also writes the last checkpoint first.
-    let flushed = log.as_ref().map(|log| {
-        runtime.block_on(async {
-            let flushed = log.flush().await;
-            log.finish().await;
-            flushed
-        })
-    });
+    // The kernel's ordered close: the shared domain settled and closed, the MCP sessions closed
+    // inside the runtime, then the log flushed and closed (its last checkpoint written), all
+    // before the answer is printed.
+    let closed = runtime.block_on(kernel.shutdown());
     drop(runtime);
     let log_failure = log.and_then(|log| {
         let path = log.name();
         log.close();
-        flushed.and_then(Result::err).map(|e| (path, e))
+        closed.err().map(|e| match e {
+            sluice::kernel::Error::ProvenanceUnkept { why } => (path, why),
+            other => (path, other.to_string()),
+        })
     });
     match (args.format, args.format.api()) {
         (_, Some(api)) => {
@@ -241,7 +228,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 unrecorded.join(", ")
             )
         };
-        return Err(super::invalid(format!(
+        return Err(super::failure::invalid(format!(
             "the provenance log `{path}` could not be written: {why}{calls}"
         )));
     }

@@ -18,7 +18,7 @@ use sluice::serve::{
 };
 
 use super::common::{bind_endpoints, load_tools, DomainArgs, LogArgs, Root};
-use super::Failure;
+use super::failure::Failure;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -234,13 +234,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         None => options,
     };
-    let options = match engine {
-        Some(engine) => options.with_hidden_tools(Arc::new(move |tenant: &str, tool: &str| {
-            engine.tool_denied(tenant, tool)
-        })),
-        None => options,
-    };
-    let settling = kernel.clone();
+    // The policy (the kernel's authorizer) also hides from each tenant the tools it denies.
+    let last = kernel.clone();
     let gateway = Arc::new(Gateway::new(kernel, options)?);
     let served = runtime.block_on(async {
         if args.stdio {
@@ -255,18 +250,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         serve_http(gateway.clone(), listener, shutdown_signal()).await
     });
     drop(gateway);
-    if let Some(d) = &domain {
-        // Calls that did not run release once their predecessors elsewhere are done; then the
-        // lease ends and nobody waits for it.
-        runtime.block_on(settling.shared_settled());
-        runtime.block_on(d.close());
-    }
-    drop(settling);
-    if let Some(log) = &log {
-        if let Err(e) = runtime.block_on(log.flush()) {
-            eprintln!("sluice: the provenance log could not be flushed: {e}");
-        }
-        runtime.block_on(log.finish());
+    // The kernel's ordered close: the shared domain settled and closed, the MCP sessions closed
+    // inside the runtime, then the log flushed and closed (its last checkpoint written).
+    if let Err(e) = runtime.block_on(last.shutdown()) {
+        eprintln!("sluice: {e}");
     }
     drop(_inside);
     drop(runtime);

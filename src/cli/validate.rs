@@ -11,7 +11,7 @@ use sluice::kernel::model::{
 };
 use sluice::kernel::transport::Version;
 
-use super::TextOrJson;
+use super::output::TextOrJson;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {

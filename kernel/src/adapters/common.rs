@@ -7,9 +7,10 @@ use serde_json::{json, Map, Value};
 
 use super::names::ToolNames;
 use super::schema::{self, Change};
+use crate::authorize::DecidedBy;
 use crate::error::{Error, Result};
-use crate::model::{Batch, Call, EffectKind, Status};
-use crate::run::CallResult;
+use crate::model::{AccessMode, Batch, Call, EffectKind, Status};
+use crate::run::{CallResult, Kernel};
 use crate::transport::{Tool, ToolRegistry};
 
 /// How tools are offered.
@@ -21,7 +22,28 @@ pub struct ExportOptions {
     /// OpenAI strict function schemas (`strict: true`), for the two OpenAI APIs (default
     /// `false`; other APIs have no such option and ignore it).
     pub strict: bool,
+    /// The tools left out (by id), for a listing made for one tenant (default: none).
+    pub hidden: Option<Hidden>,
 }
+
+/// Which tools (by id) a listing leaves out: see [`ExportOptions::hiding`].
+#[derive(Clone)]
+pub struct Hidden(Arc<dyn Fn(&str) -> bool + Send + Sync>);
+
+impl std::fmt::Debug for Hidden {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hidden(..)")
+    }
+}
+
+/// Two filters are equal when they are the same filter.
+impl PartialEq for Hidden {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Hidden {}
 
 impl ExportOptions {
     /// Sets [`ExportOptions::all_versions`].
@@ -34,6 +56,19 @@ impl ExportOptions {
     pub fn with_strict(mut self, yes: bool) -> Self {
         self.strict = yes;
         self
+    }
+
+    /// Leaves out the tools `hidden(id)` says.
+    pub fn hiding(mut self, hidden: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        self.hidden = Some(Hidden(Arc::new(hidden)));
+        self
+    }
+
+    /// The listing `tenant` gets from `kernel`: the tools its authorizer hides from the tenant
+    /// ([`Kernel::hides`]: those a tool rule of its policy denies) are left out.
+    pub fn for_tenant(self, kernel: &Kernel, tenant: &str) -> Self {
+        let (kernel, tenant) = (kernel.clone(), tenant.to_owned());
+        self.hiding(move |id| kernel.hides(&tenant, id))
     }
 }
 
@@ -74,8 +109,10 @@ pub(crate) fn offered<'a>(
     } else {
         registry.latest().collect()
     };
+    let shown = |t: &&Arc<Tool>| !options.hidden.as_ref().is_some_and(|h| (h.0)(t.id()));
     tools
         .into_iter()
+        .filter(shown)
         .map(|t| {
             let name = if registry.is_latest(t) {
                 names.name(t.id())
@@ -96,14 +133,76 @@ pub(crate) fn changes_of(name: &str, notes: schema::Notes, into: &mut Vec<Change
     }));
 }
 
-/// The MCP annotations of a tool.
+/// The MCP annotations of a tool, from its effects (never from a downstream server's hints),
+/// one rule for every place Sluice lists tools (`sluice tools --format mcp`, the gateway's
+/// `tools/list` and `/v1/tools?format=mcp`; docs/serve.md):
+/// - `readOnlyHint`: the tool is read-only;
+/// - `destructiveHint`: it is not read-only and declares `writes`, `deletes` or
+///   `external-side-effect`, or declares no change at all (the implicit `(writes, *)`);
+/// - `idempotentHint`: false (Sluice cannot know);
+/// - `openWorldHint`: it declares `network`, `external-side-effect` or
+///   `sensitive-data-egress`, or runs over HTTP or MCP.
 pub fn annotations(tool: &Tool) -> Value {
-    let kinds: Vec<EffectKind> = tool.manifest().effects().iter().map(|e| e.kind).collect();
+    let m = tool.manifest();
+    let declares = |kinds: &[EffectKind]| m.effects().iter().any(|e| kinds.contains(&e.kind));
+    let read_only = tool.access_plan().is_read_only();
+    let declares_changes = m
+        .effects()
+        .iter()
+        .any(|e| e.kind.mode() == AccessMode::Write);
+    let destructive = !read_only
+        && (declares(&[
+            EffectKind::Writes,
+            EffectKind::Deletes,
+            EffectKind::ExternalSideEffect,
+        ]) || !declares_changes);
+    let remote = m.spec.is_some() || m.mcp_endpoint.is_some();
+    let open_world = remote
+        || declares(&[
+            EffectKind::Network,
+            EffectKind::ExternalSideEffect,
+            EffectKind::SensitiveDataEgress,
+        ]);
     json!({
-        "readOnlyHint": tool.access_plan().is_read_only(),
-        "destructiveHint": kinds.contains(&EffectKind::Deletes),
-        "openWorldHint": kinds.contains(&EffectKind::Network) || kinds.contains(&EffectKind::ExternalSideEffect),
+        "readOnlyHint": read_only,
+        "destructiveHint": destructive,
+        "idempotentHint": false,
+        "openWorldHint": open_world,
     })
+}
+
+/// The text of a call that did not end `ok`, as docs/serve.md spells it: the status (or, for
+/// an `error`, its code), what is behind it in parentheses (the rule or approver of a refusal,
+/// the JSON pointer of an invalid input, the code of a timeout), then the message:
+/// `denied (no-deletes): …`, `invalid-input (/key): …`, `cancelled: …`.
+pub fn failure_text(r: &CallResult) -> String {
+    let (code, message, pointer) = match &r.error {
+        Some(e) => (e.code.as_str(), e.message.as_str(), e.pointer.as_deref()),
+        None => ("", "", None),
+    };
+    let lead = if r.status == Status::Error && !code.is_empty() {
+        code
+    } else {
+        r.status.as_str()
+    };
+    let detail: Option<std::borrow::Cow<'_, str>> = match (r.status, code) {
+        (Status::Denied | Status::Rejected, _) => match (&r.authorization, &r.approver) {
+            (_, Some(approver)) if r.status == Status::Rejected => Some(approver.as_str().into()),
+            (Some(a), _) => Some(match &a.by {
+                DecidedBy::Rule(id) => (&**id).into(),
+                other => other.to_string().into(),
+            }),
+            _ => None,
+        },
+        (_, "invalid-input") => pointer.map(Into::into),
+        (Status::Error | Status::Cancelled, _) => None,
+        (_, c) if !c.is_empty() && c != lead => Some(c.into()),
+        _ => None,
+    };
+    match detail {
+        Some(d) if !d.is_empty() => format!("{lead} ({d}): {message}"),
+        _ => format!("{lead}: {message}"),
+    }
 }
 
 /// Results as plain text for the model: the output's JSON for `ok`, else what happened.

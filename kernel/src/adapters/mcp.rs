@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use super::common::{
-    annotations, batch_of, changes_of, offered, result_text, wrong_shape, ExportOptions, Exported,
+    annotations, batch_of, changes_of, failure_text, offered, wrong_shape, ExportOptions, Exported,
 };
 use super::names::ToolNames;
 use super::schema;
@@ -94,25 +94,45 @@ pub fn batch(tenant: &str, requests: &Value, names: &ToolNames) -> Result<Batch>
     batch_of(tenant, calls, &made_up)
 }
 
-/// `tools/call` results, one per call in submission order (the version that ran in `_meta`).
+/// `tools/call` results, one per call in submission order (each as [`result`] renders it).
 pub fn results(result: &BatchResult) -> Vec<Value> {
     results_of(&result.results)
 }
 
 /// [`results`] of a slice of results.
 pub fn results_of(results: &[CallResult]) -> Vec<Value> {
-    results
-        .iter()
-        .map(|r| {
-            let mut v = json!({"content": [{"type": "text", "text": result_text(r)}],
-                               "isError": r.status != Status::Ok});
-            if let (Status::Ok, Some(out @ Value::Object(_))) = (r.status, &r.output) {
-                v["structuredContent"] = out.clone();
-            }
-            if let Some(version) = &r.version {
-                v["_meta"] = json!({VERSION_META: version});
-            }
-            v
-        })
-        .collect()
+    results.iter().map(result).collect()
+}
+
+/// The `_meta` key that says a call's records were not kept (`false`): the provenance log
+/// failed to keep them, as `/v1/run`'s `"recorded": false` says.
+pub const RECORDED_META: &str = "sluice/recorded";
+
+/// One `tools/call` result, the one rendering Sluice gives (the CLI's `--format mcp` and the
+/// gateway's `tools/call` alike; docs/serve.md): `ok` is `structuredContent` (an object output)
+/// plus one text block holding the output as JSON; any other status is `isError` with one text
+/// block as [`failure_text`] spells it. `_meta` carries the version that ran and, when the
+/// provenance log could not keep the call's records, `"sluice/recorded": false`.
+pub fn result(r: &CallResult) -> Value {
+    let ok = r.status == Status::Ok;
+    let text = match (ok, &r.output) {
+        (true, Some(out)) => out.to_string(),
+        (true, None) => "null".to_owned(),
+        (false, _) => failure_text(r),
+    };
+    let mut v = json!({"content": [{"type": "text", "text": text}], "isError": !ok});
+    if let (true, Some(out @ Value::Object(_))) = (ok, &r.output) {
+        v["structuredContent"] = out.clone();
+    }
+    let mut meta = serde_json::Map::new();
+    if let Some(version) = &r.version {
+        meta.insert(VERSION_META.into(), Value::String(version.clone()));
+    }
+    if r.recorded == Some(false) {
+        meta.insert(RECORDED_META.into(), Value::Bool(false));
+    }
+    if !meta.is_empty() {
+        v["_meta"] = Value::Object(meta);
+    }
+    v
 }

@@ -60,12 +60,15 @@ pub mod gemini;
 pub mod mcp;
 mod names;
 pub mod openai;
+pub mod report;
 pub mod responses;
 pub mod schema;
 
 use serde_json::Value;
 
-pub use common::{annotations, result_text, ExportOptions, Exported, IngestOptions};
+pub use common::{
+    annotations, failure_text, result_text, ExportOptions, Exported, Hidden, IngestOptions,
+};
 pub use names::{decode_name, encode_name, ToolNames, MAX_NAME};
 pub use schema::{strip_optional_nulls, Change};
 

@@ -220,6 +220,11 @@ pub struct CallError {
     pub code: String,
     /// What happened, plainly (naming the rule, approver or failed call where there is one).
     pub message: String,
+    /// Where the fault is (a JSON pointer): in the call's input for `invalid-input`, in the
+    /// handler's output for `invalid-output` (`""` for the whole document, `/key` for one
+    /// member). `None` when the error is not about a place in a document.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pointer: Option<String>,
 }
 
 impl CallError {
@@ -228,6 +233,13 @@ impl CallError {
         CallError {
             code: code.into(),
             message: message.into(),
+            pointer: None,
         }
+    }
+
+    /// The same error, placed at `pointer` in the call's input.
+    pub fn at(mut self, pointer: impl Into<String>) -> Self {
+        self.pointer = Some(pointer.into());
+        self
     }
 }

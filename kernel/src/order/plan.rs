@@ -40,6 +40,14 @@ impl Rejection {
         }
     }
 
+    /// Where in the call's input the fault is, for invalid input (a JSON pointer).
+    pub fn pointer(&self) -> Option<&str> {
+        match self {
+            Rejection::InvalidInput(d) => Some(&d.pointer),
+            _ => None,
+        }
+    }
+
     /// A message naming the call, the tool and (for invalid input) the JSON pointer.
     pub fn message(&self, call: &Call) -> String {
         match self {

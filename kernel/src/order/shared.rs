@@ -102,4 +102,11 @@ pub trait SharedDomain: Send + Sync + 'static {
 
     /// Names the domain in messages (a URL without its password).
     fn describe(&self) -> String;
+
+    /// Ends this process's part in the domain, once every call of its kernel has been released
+    /// there ([`crate::Kernel::shutdown`] waits for that first): other processes stop waiting
+    /// on it at once. The domain admits nothing after it. Default: nothing to end.
+    fn close(&self) -> SharedFuture<()> {
+        Box::pin(async {})
+    }
 }

@@ -85,7 +85,10 @@ pub(crate) fn submit(
 
     // 1. resolve, validate (done by PreparedCall).
     if let Some(r) = &job.prepared.rejection {
-        let outcome = Outcome::fail(Status::Error, r.code(), r.message(&job.prepared.call));
+        let mut outcome = Outcome::fail(Status::Error, r.code(), r.message(&job.prepared.call));
+        if let (Some(e), Some(p)) = (outcome.error.as_mut(), r.pointer()) {
+            e.pointer = Some(p.to_owned());
+        }
         return refuse(job, outcome, &span);
     }
     // 2. authorize. The authorizer is the embedder's code: a panic refuses this call alone.

@@ -146,16 +146,22 @@ fn judge(tool: &Tool, joined: std::thread::Result<Result<Value, ToolError>>) -> 
     match joined {
         Ok(Ok(output)) => match tool.check_output(&output) {
             Ok(()) => Outcome::ok(output),
-            Err(d) => Outcome::fail(
-                Status::Error,
-                ErrorCode::InvalidOutput,
-                format!(
-                    "the output of `{}` fails its schema at `{}`: {}",
-                    tool.id(),
-                    d.pointer,
-                    d.message
-                ),
-            ),
+            Err(d) => {
+                let mut outcome = Outcome::fail(
+                    Status::Error,
+                    ErrorCode::InvalidOutput,
+                    format!(
+                        "the output of `{}` fails its schema at `{}`: {}",
+                        tool.id(),
+                        d.pointer,
+                        d.message
+                    ),
+                );
+                if let Some(e) = outcome.error.as_mut() {
+                    e.pointer = Some(d.pointer);
+                }
+                outcome
+            }
         },
         // A handler that gave up waiting (an HTTP tool's own timeoutMs) reports `timeout`.
         Ok(Err(e)) if e.code == ErrorCode::Timeout => Outcome::tool_error(Status::Timeout, e),

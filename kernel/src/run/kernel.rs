@@ -398,6 +398,47 @@ impl Kernel {
         tracker.close();
         tracker.wait().await;
     }
+
+    /// Closes the kernel in the one order that strands nothing, once its batches are done (the
+    /// caller has their results, or has dropped them):
+    /// 1. every call that will not run is released in the shared conflict domain
+    ///    ([`Kernel::shared_settled`]), then the domain is closed ([`SharedDomain::close`]):
+    ///    other processes stop waiting on this one at once;
+    /// 2. this handle is dropped inside the runtime, so that the last one closes the MCP
+    ///    sessions where they run (call `shutdown` on the last handle; clones that outlive it keep
+    ///    the kernel, and its sessions, alive);
+    /// 3. the provenance sink is flushed ([`ProvenanceSink::flush`]) and closed
+    ///    ([`ProvenanceSink::close`]: a log file writes its last signed checkpoint).
+    ///
+    /// An error names what the provenance sink could not keep; the other steps cannot fail.
+    ///
+    /// ```
+    /// # async fn f() -> sluice_kernel::Result<()> {
+    /// let kernel = sluice_kernel::Kernel::builder().build()?;
+    /// // ... run batches ...
+    /// kernel.shutdown().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn shutdown(self) -> Result<()> {
+        self.shared_settled().await;
+        if let Some(shared) = &self.inner.shared {
+            shared.close().await;
+        }
+        let sink = self.inner.sink.clone();
+        drop(self);
+        let flushed = sink.flush().await;
+        let closed = sink.close().await;
+        flushed
+            .and(closed)
+            .map_err(|why| crate::error::Error::ProvenanceUnkept { why })
+    }
+
+    /// Whether `tenant` is not offered `tool` (an id) at all, as the authorizer says
+    /// ([`Authorizer::hides`]): tool listings for the tenant leave it out. Listing is not
+    /// authorizing: a call of a hidden tool is still authorized as any other.
+    pub fn hides(&self, tenant: &str, tool: &str) -> bool {
+        self.inner.authorizer.hides(tenant, tool)
+    }
 }
 
 #[cfg(test)]

@@ -133,8 +133,8 @@ pub(crate) fn begin(job: CallJob, outcome: Outcome, edges: Vec<EdgeRecord>) -> R
     let approver = job.approver.clone();
     let secrets = &job.secrets;
     let error = outcome.error.map(|e| CallError {
-        code: e.code,
         message: provenance::redact(&e.message, secrets),
+        ..e
     });
     tracing::Span::current().record("status", outcome.status.as_str());
     let batch = &job.batch;

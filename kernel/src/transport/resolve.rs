@@ -122,6 +122,12 @@ fn with_handler(t: &Tool, handler: Arc<dyn Handler>) -> Result<Arc<Tool>> {
 /// result of a call to a tool the embedder accepted anyway.
 pub(crate) fn unrunnable_reason(m: &Manifest) -> &'static str {
     match (m.transport(), &m.mcp_endpoint) {
+        (Transport::Native | Transport::Auto, _)
+            if matches!(m.spec, Some(crate::model::ToolSpec::Http(_)))
+                && !cfg!(feature = "http") =>
+        {
+            "its `spec` is an HTTP request, which needs the `http` feature this build leaves out"
+        }
         (Transport::Native, _) => {
             "it is `transport: native` and no native handler is registered under its id"
         }

@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::kernel::adapters::strip_optional_nulls;
-use crate::kernel::authorize::Authorization;
-use crate::kernel::order::Plan;
-use crate::kernel::transport::ToolRegistry;
-use crate::kernel::{Batch, BatchResult, CallResult};
+use super::schema::strip_optional_nulls;
+use crate::authorize::Authorization;
+use crate::model::Batch;
+use crate::order::Plan;
+use crate::run::{BatchResult, CallResult};
+use crate::transport::ToolRegistry;
 
 fn id(plan: &Plan, i: usize) -> &str {
     &plan.calls[i].call.id

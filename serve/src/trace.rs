@@ -14,8 +14,9 @@ use std::collections::HashMap;
 use std::time::SystemTime;
 
 use opentelemetry::propagation::TextMapPropagator;
+pub(crate) use opentelemetry::trace::SpanContext;
 use opentelemetry::trace::{
-    Span as _, SpanContext, SpanKind, Status as SpanStatus, Tracer as _, TracerProvider as _,
+    Span as _, SpanKind, Status as SpanStatus, Tracer as _, TracerProvider as _,
 };
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
@@ -23,10 +24,10 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracer, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 
-use super::ServeError;
-use crate::kernel::model::Status;
-use crate::kernel::run::WaitedCall;
-use crate::kernel::CallResult;
+use crate::error::ServeError;
+use sluice_kernel::model::Status;
+use sluice_kernel::run::WaitedCall;
+use sluice_kernel::CallResult;
 
 /// The tracer of a gateway that exports its calls' spans.
 #[derive(Debug)]
@@ -240,7 +241,7 @@ mod tests {
         let t = Telemetry::otlp("http://127.0.0.1:9").unwrap();
         let scope = SpanScope::new("t", None);
         let span = t.start(&scope, "c", "tool");
-        span.end(&crate::serve::internal("c", "tool", "on purpose".into()));
+        span.end(&crate::gateway::internal("c", "tool", "on purpose".into()));
         drop(t);
     }
 }

@@ -6,7 +6,7 @@
 //! - **Idle** (`--idle-timeout`): a connection with no request in progress (no request being
 //!   read, no response being written, no SSE stream open) and no byte moved is closed.
 //! - **Body** (`--body-read-timeout`): a request's body must arrive whole in time (read by
-//!   [`super::http`]).
+//!   [`crate::http`]).
 //! - **Write** (`--write-timeout`): a write blocked on a client that stopped reading.
 //!
 //! The watchdog ([`watch`]) judges the first two from the connection's [`Activity`]: the I/O

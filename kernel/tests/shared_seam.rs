@@ -10,10 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use sluice::kernel::order::shared::{AdmitRequest, Admitted, Refusal, SharedDomain, SharedFuture};
-use sluice::kernel::run::{BatchHandle, Kernel};
-use sluice::kernel::transport::{handler, ToolContext};
-use sluice::kernel::{Call, Status};
+use sluice_kernel::order::shared::{AdmitRequest, Admitted, Refusal, SharedDomain, SharedFuture};
+use sluice_kernel::run::{BatchHandle, Kernel};
+use sluice_kernel::transport::{handler, ToolContext};
+use sluice_kernel::{Call, Status};
 
 type Ready = tokio::sync::oneshot::Sender<Result<Option<String>, String>>;
 
@@ -24,6 +24,8 @@ struct Script {
     /// The test fires these: the call's predecessors "in other processes" have ended.
     ready: HashMap<u64, Ready>,
     released: Vec<(u64, bool)>,
+    /// Whether the domain was closed, and how many calls were released by then.
+    closed_after: Option<usize>,
 }
 
 #[derive(Clone, Default)]
@@ -73,6 +75,14 @@ impl SharedDomain for Scripted {
 
     fn describe(&self) -> String {
         "scripted".into()
+    }
+
+    fn close(&self) -> SharedFuture<()> {
+        let me = self.clone();
+        Box::pin(async move {
+            let mut s = me.script();
+            s.closed_after = Some(s.released.len());
+        })
     }
 }
 
@@ -177,4 +187,24 @@ async fn a_call_cancelled_while_it_waits_there_releases_after_its_predecessors_o
     s.kernel.shared_settled().await;
     assert!(s.tokens.lock().unwrap().is_empty(), "it never ran");
     assert_eq!(s.domain.script().released, vec![(1, true)]);
+}
+
+/// `Kernel::shutdown` closes the domain only once every call that will not run has been
+/// released there: a cancelled call still waiting for its predecessors elsewhere holds the
+/// shutdown until they end, and is released before the close.
+#[tokio::test(start_paused = true)]
+async fn shutdown_closes_the_domain_after_the_last_release() {
+    let s = one_write_admitted().await;
+    s.batch.cancel();
+    let result = s.batch.finish().await;
+    assert_eq!(result.results[0].status, Status::Cancelled);
+    let shutdown = tokio::spawn(s.kernel.shutdown());
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(!shutdown.is_finished(), "it waits for the release");
+    assert_eq!(s.domain.script().closed_after, None, "not closed yet");
+    s.domain.fire(1);
+    shutdown.await.unwrap().unwrap();
+    let script = s.domain.script();
+    assert_eq!(script.released, vec![(1, true)]);
+    assert_eq!(script.closed_after, Some(1), "closed after its release");
 }

@@ -11,21 +11,22 @@
 //!   its place in the conflict domain meanwhile, and the client's retry with the answer resumes
 //!   it ([`Relay`], [`PendingAsks`]).
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use rmcp::model::{
-    ClientCapabilities, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction,
-    ElicitationSchema,
+    BooleanSchema, ClientCapabilities, ElicitRequest, ElicitRequestParams, ElicitResult,
+    ElicitationAction, ElicitationSchema, PrimitiveSchemaDefinition,
 };
 use rmcp::service::Peer;
 use rmcp::RoleServer;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::kernel::authorize::{ApprovalFuture, ApprovalOutcome, ApprovalRequest, Approver};
-use crate::kernel::CallResult;
+use sluice_kernel::authorize::{ApprovalFuture, ApprovalOutcome, ApprovalRequest, Approver};
+use sluice_kernel::CallResult;
 
 /// The approver recorded when the client cannot be asked.
 const NO_ELICITATION: &str = "no-elicitation";
@@ -49,16 +50,15 @@ pub(crate) fn form(request: &ApprovalRequest) -> ElicitRequestParams {
         },
         request.authorization.by.describe()
     );
-    let schema: ElicitationSchema = serde_json::from_value(json!({
-        "type": "object",
-        "properties": {"approve": {
-            "type": "boolean",
-            "title": "Approve",
-            "description": format!("Run `{}` now", request.tool),
-        }},
-        "required": ["approve"],
-    }))
-    .expect("the approval form is a valid elicitation schema");
+    let approve = BooleanSchema::new()
+        .title("Approve")
+        .description(format!("Run `{}` now", request.tool));
+    let mut schema = ElicitationSchema::new(BTreeMap::from([(
+        "approve".to_owned(),
+        PrimitiveSchemaDefinition::Boolean(approve),
+    )]));
+    schema.property_order = None;
+    schema.required = Some(vec!["approve".to_owned()]);
     ElicitRequestParams::FormElicitationParams {
         meta: None,
         message,
@@ -138,6 +138,14 @@ impl Approver for Elicit {
     }
 }
 
+/// 128 random bits as hex: a `requestState` nobody can guess; `None` when the operating system
+/// gives no random bytes (the ask is then rejected: fail closed).
+pub(crate) fn request_state() -> Option<String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).ok()?;
+    Some(hex::encode(bytes))
+}
+
 /// An ask on its way to the `tools/call` handler that will put it in an `input_required`
 /// result, with where the answer goes.
 pub(crate) type Relayed = (ApprovalRequest, oneshot::Sender<ApprovalOutcome>);
@@ -198,23 +206,21 @@ pub(crate) enum ResumeError {
 }
 
 impl PendingAsks {
-    /// Keeps a call until its client retries; returns the `requestState` to send. Entries whose
+    /// Keeps a call under `state` ([`request_state`]) until its client retries. Entries whose
     /// call has ended and that nobody resumed within `keep` are forgotten here.
     pub(crate) fn insert(
         &self,
+        state: &str,
         tenant: &str,
         answer: oneshot::Sender<ApprovalOutcome>,
         call: tokio::task::JoinHandle<Option<CallResult>>,
         cancel: CancellationToken,
         keep: Duration,
-    ) -> String {
+    ) {
         self.map
             .retain(|_, p| !(p.resumed.call.is_finished() && p.since.elapsed() > keep));
-        let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes).expect("the operating system gives random bytes");
-        let state = hex::encode(bytes);
         self.map.insert(
-            state.clone(),
+            state.to_owned(),
             PendingAsk {
                 tenant: tenant.to_owned(),
                 answer,
@@ -222,7 +228,6 @@ impl PendingAsks {
                 since: Instant::now(),
             },
         );
-        state
     }
 
     /// Takes the call waiting under `state` for `tenant` and hands it the client's answer (the
@@ -269,7 +274,8 @@ pub(crate) fn input_request(request: &ApprovalRequest) -> ElicitRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::authorize::{Authorization, DecidedBy, Decision};
+    use serde_json::json;
+    use sluice_kernel::authorize::{Authorization, DecidedBy, Decision};
 
     fn ask() -> ApprovalRequest {
         ApprovalRequest {
@@ -340,14 +346,16 @@ mod tests {
         let asks = PendingAsks::default();
         let (tx, rx) = oneshot::channel();
         let call = tokio::spawn(async { None });
-        let state = asks.insert(
+        let state = request_state().unwrap();
+        assert_eq!(state.len(), 32);
+        asks.insert(
+            &state,
             "acme",
             tx,
             call,
             CancellationToken::new(),
             Duration::from_secs(60),
         );
-        assert_eq!(state.len(), 32);
         let yes = json!({"action": "accept", "content": {"approve": true}});
         assert_eq!(
             asks.resume("other", &state, "c", Some(&yes)).err(),

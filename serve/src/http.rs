@@ -13,17 +13,18 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::conn::{self, Activity, Admission, Guarded, Tracked};
-use super::mcp::{McpSession, Open, Tenant};
-use super::{error_body, Caller, Gateway, Principal};
-use crate::kernel::adapters::{Api, ExportOptions, IngestOptions};
-use crate::kernel::provenance::BatchOrigin;
-use crate::kernel::Batch;
-use crate::report;
+use sluice_kernel::adapters::{report, Api, ExportOptions, IngestOptions};
+use sluice_kernel::provenance::BatchOrigin;
+use sluice_kernel::Batch;
+
+use crate::conn::{self, Activity, Admission, Guarded, Tracked};
+use crate::gateway::{Caller, Gateway, Principal};
+use crate::mcp::{McpSession, Open, Tenant};
+use crate::requests::{duplicate_id, RequestOrigin};
 
 type Body = BoxBody<Bytes, Infallible>;
 type Mcp = StreamableHttpService<McpSession, LocalSessionManager>;
@@ -476,7 +477,7 @@ async fn mcp_request(
             let text = id.to_string();
             claim = gateway.request_ids.claim(session, &text);
             if claim.is_none() {
-                return json_response(StatusCode::CONFLICT, &super::mcp::duplicate_id(&id));
+                return json_response(StatusCode::CONFLICT, &duplicate_id(&id));
             }
         }
     }
@@ -534,6 +535,17 @@ fn request_id(body: &[u8]) -> Option<Value> {
     e.id.filter(|id| !id.is_null())
 }
 
+#[cfg(not(feature = "metrics"))]
+fn metrics(_gateway: &Gateway, _tenant: Option<&str>) -> Response<Body> {
+    error(
+        StatusCode::NOT_FOUND,
+        "not-found",
+        "this build of Sluice leaves out `/metrics` (the `metrics` feature)",
+        None,
+    )
+}
+
+#[cfg(feature = "metrics")]
 fn metrics(gateway: &Gateway, tenant: Option<&str>) -> Response<Body> {
     let mut r = Response::new(full(gateway.metrics().encode_for(tenant)));
     r.headers_mut().insert(
@@ -755,27 +767,22 @@ fn tools(gateway: &Gateway, tenant: &str, query: Option<&str>) -> Response<Body>
             None,
         );
     };
-    let all = gateway.kernel().tools();
-    let hidden = gateway.options().hidden.clone();
-    let visible =
-        |t: &crate::kernel::transport::Tool| !hidden.as_ref().is_some_and(|h| h(tenant, t.id()));
+    let kernel = gateway.kernel();
     match api {
         None => json_response(
             StatusCode::OK,
             &Value::Array(
-                all.latest()
-                    .filter(|t| visible(t))
+                kernel
+                    .tools()
+                    .latest()
+                    .filter(|t| !kernel.hides(tenant, t.id()))
                     .map(|t| t.manifest().to_value())
                     .collect(),
             ),
         ),
         Some(api) => {
-            let mut registry = crate::kernel::transport::ToolRegistry::new();
-            for t in all.iter().filter(|t| visible(t)) {
-                // Each tool comes from a registry that already took it: it cannot collide.
-                let _ = registry.insert_arc(t.clone());
-            }
-            let e = api.export(&registry, gateway.names(), &ExportOptions::default());
+            let options = ExportOptions::default().for_tenant(kernel, tenant);
+            let e = api.export(kernel.tools(), gateway.names(), &options);
             json_response(StatusCode::OK, &Value::Array(e.definitions))
         }
     }
@@ -803,10 +810,10 @@ fn own_batch(tenant: &str, doc: &Value) -> Result<Batch, Box<Response<Body>>> {
     Batch::from_value(&doc).map_err(|e| Box::new(batch_error(e)))
 }
 
-fn batch_error(e: crate::kernel::Error) -> Response<Body> {
+fn batch_error(e: sluice_kernel::Error) -> Response<Body> {
     let pointer = match &e {
-        crate::kernel::Error::MalformedBatch { pointer, .. } => Some(pointer.clone()),
-        crate::kernel::Error::DuplicateCallId { second, .. } => Some(format!("/calls/{second}/id")),
+        sluice_kernel::Error::MalformedBatch { pointer, .. } => Some(pointer.clone()),
+        sluice_kernel::Error::DuplicateCallId { second, .. } => Some(format!("/calls/{second}/id")),
         _ => None,
     };
     error(
@@ -833,36 +840,6 @@ fn plan(gateway: &Gateway, tenant: &str, doc: &Value) -> Response<Body> {
         );
     }
     json_response(StatusCode::OK, &report::plan_json(&plan, None))
-}
-
-/// The origin of a batch API request.
-/// Where a request came from, put in its extensions as it arrives: the provenance origin of
-/// the batches it submits.
-#[derive(Debug, Clone)]
-pub(crate) struct RequestOrigin {
-    /// `<gateway instance>/<connection number>`.
-    pub(crate) connection: Arc<str>,
-    /// The client's address.
-    pub(crate) peer: std::net::SocketAddr,
-    /// The request's number on its connection, from 1.
-    pub(crate) request: u64,
-}
-
-impl RequestOrigin {
-    /// The origin of a batch this request submits over `transport`; `rpc_id`, the JSON-RPC id
-    /// of an MCP request.
-    pub(crate) fn batch_origin(&self, transport: &str, rpc_id: Option<&str>) -> BatchOrigin {
-        BatchOrigin {
-            transport: transport.into(),
-            connection: Some(self.connection.to_string()),
-            peer: Some(self.peer.to_string()),
-            request: Some(match rpc_id {
-                Some(id) => format!("{} id={id}", self.request),
-                None => self.request.to_string(),
-            }),
-            ..BatchOrigin::default()
-        }
-    }
 }
 
 fn http_origin(origin: Option<&RequestOrigin>) -> BatchOrigin {
@@ -918,4 +895,13 @@ async fn run(
             &Value::Array(api.results(&result.results, gateway.names())),
         ),
     }
+}
+
+/// The JSON error body of the batch API: `{"error": {"code", "message", "pointer"?}}`.
+pub fn error_body(code: &str, message: &str, pointer: Option<&str>) -> Value {
+    let mut e = json!({"code": code, "message": message});
+    if let Some(p) = pointer {
+        e["pointer"] = json!(p);
+    }
+    json!({"error": e})
 }

@@ -942,3 +942,147 @@ async fn a_panicking_observer_leaves_its_calls_running_and_ordered() {
     assert!(r.results[1].started >= r.results[0].ended);
     assert_eq!(k.tenant_load("t"), (0, 0));
 }
+
+/// A sink that writes down what the kernel asks of it, in order; `flush` fails when told to.
+#[derive(Clone, Default)]
+struct Journal {
+    said: Arc<Mutex<Vec<String>>>,
+    flush_fails: bool,
+}
+
+impl sluice_kernel::provenance::ProvenanceSink for Journal {
+    fn record(&self, group: Vec<Record>) -> sluice_kernel::provenance::RecordFuture {
+        self.said
+            .lock()
+            .unwrap()
+            .push(format!("record {}", group.len()));
+        Box::pin(async { Ok(()) })
+    }
+
+    fn flush(&self) -> sluice_kernel::provenance::RecordFuture {
+        self.said.lock().unwrap().push("flush".into());
+        let fails = self.flush_fails;
+        Box::pin(async move {
+            match fails {
+                true => Err("the disk is full".into()),
+                false => Ok(()),
+            }
+        })
+    }
+
+    fn close(&self) -> sluice_kernel::provenance::RecordFuture {
+        self.said.lock().unwrap().push("close".into());
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// `Kernel::shutdown` flushes the sink, then closes it, after the calls' records; what the sink
+/// could not keep comes back as `ProvenanceUnkept`, naming it.
+#[tokio::test]
+async fn shutdown_flushes_then_closes_the_provenance_sink() {
+    for fails in [false, true] {
+        let journal = Journal {
+            flush_fails: fails,
+            ..Journal::default()
+        };
+        let k = Kernel::builder()
+            .tool(writer("t.w"))
+            .provenance(journal.clone())
+            .build()
+            .unwrap();
+        let b = Batch::new("t", vec![call("a", "t.w", json!({"key": "k"}))]).unwrap();
+        assert_eq!(k.run(b).await.unwrap().results[0].status, Status::Ok);
+        let closed = k.shutdown().await;
+        let said = journal.said.lock().unwrap().clone();
+        let n = said.len();
+        assert!(n >= 3, "{said:?}");
+        assert!(
+            said[..n - 2].iter().all(|s| s.starts_with("record")),
+            "{said:?}"
+        );
+        assert_eq!(said[n - 2..], ["flush", "close"], "{said:?}");
+        match (fails, closed) {
+            (false, Ok(())) => {}
+            (true, Err(sluice_kernel::Error::ProvenanceUnkept { why })) => {
+                assert_eq!(why, "the disk is full");
+            }
+            (_, other) => panic!("fails={fails}: {other:?}"),
+        }
+    }
+}
+
+/// What an authorizer hides from a tenant, every listing made for that tenant leaves out; the
+/// other tenants see it, and a call of it is still authorized as any other.
+#[tokio::test]
+async fn an_authorizer_hides_tools_from_a_tenants_listings() {
+    struct HideWrites;
+    impl sluice_kernel::Authorizer for HideWrites {
+        fn authorize(&self, _request: &AuthRequest<'_>) -> Authorization {
+            Authorization::new(Decision::Allow, DecidedBy::NoPolicy)
+        }
+        fn hides(&self, tenant: &str, tool: &str) -> bool {
+            tenant == "guest" && tool == "t.w"
+        }
+    }
+    use sluice_kernel::adapters::{Api, ExportOptions, ToolNames};
+    let k = Kernel::builder()
+        .tool(writer("t.w"))
+        .tool(writer("t.other"))
+        .authorizer(HideWrites)
+        .build()
+        .unwrap();
+    let names = ToolNames::new(k.tools()).unwrap();
+    let listed = |tenant: &str, api: Api| -> Vec<String> {
+        let options = ExportOptions::default().for_tenant(&k, tenant);
+        let out = api.export(k.tools(), &names, &options).definitions;
+        out.iter().map(|d| d.to_string()).collect()
+    };
+    for api in Api::ALL {
+        let guest = listed("guest", api).join(" ");
+        let owner = listed("owner", api).join(" ");
+        assert!(
+            !guest.contains("t__w\"") && !guest.contains("\"t.w\""),
+            "{api}: {guest}"
+        );
+        assert!(guest.contains("other"), "{api}: {guest}");
+        assert!(
+            owner.contains("t__w\"") || owner.contains("\"t.w\""),
+            "{api}: {owner}"
+        );
+    }
+    assert!(k.hides("guest", "t.w") && !k.hides("owner", "t.w"));
+    let b = Batch::new("guest", vec![call("a", "t.w", json!({"key": "k"}))]).unwrap();
+    assert_eq!(k.run(b).await.unwrap().results[0].status, Status::Ok);
+}
+
+/// An invalid input's result carries the JSON pointer as a field, and the MCP rendering (the
+/// one the gateway and `--format mcp` share) puts it behind the code: `invalid-input (/key): …`.
+#[tokio::test]
+async fn an_invalid_input_carries_its_pointer_and_the_mcp_text_names_it() {
+    let strict = tool_with(
+        json!({"id": "t.strict", "effects": [],
+               "input": {"type": "object", "properties": {"key": {"type": "string"}}}}),
+        handler(|_ctx: ToolContext, _input: Value| async { Ok(json!({"fine": true})) }),
+    );
+    let k = Kernel::builder().tool(strict).build().unwrap();
+    let b = Batch::new(
+        "t",
+        vec![
+            call("bad", "t.strict", json!({"key": 5})),
+            call("good", "t.strict", json!({"key": "k"})),
+        ],
+    )
+    .unwrap();
+    let r = k.run(b).await.unwrap();
+    let error = r.results[0].error.as_ref().unwrap();
+    assert_eq!(error.code, "invalid-input");
+    assert_eq!(error.pointer.as_deref(), Some("/key"));
+    let rendered = sluice_kernel::adapters::mcp::results(&r);
+    assert_eq!(rendered[0]["isError"], true);
+    let text = rendered[0]["content"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("invalid-input (/key): "), "{text}");
+    assert_eq!(rendered[1]["isError"], false);
+    assert_eq!(rendered[1]["structuredContent"], json!({"fine": true}));
+    assert_eq!(rendered[1]["content"][0]["text"], r#"{"fine":true}"#);
+    assert_eq!(rendered[1]["_meta"]["sluice.dev/version"], "1.0.0");
+}

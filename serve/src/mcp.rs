@@ -9,22 +9,23 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     InputRequest, InputRequiredResult, ListToolsResult, NumberOrString, PaginatedRequestParams,
     ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig,
-    Tool, ToolAnnotations,
+    Tool,
 };
 use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::elicit;
-use super::http::RequestOrigin;
-use super::{failure_text, Caller, Gateway, Progress};
-use crate::kernel::adapters::{result_text, Api, ExportOptions};
-use crate::kernel::model::{AccessMode, EffectKind, Status};
-use crate::kernel::provenance::BatchOrigin;
-use crate::kernel::transport::ToolRegistry;
-use crate::kernel::CallResult;
+use sluice_kernel::adapters::ExportOptions;
+use sluice_kernel::authorize::ApprovalOutcome;
+use sluice_kernel::provenance::BatchOrigin;
+use sluice_kernel::CallResult;
+
+use crate::elicit;
+use crate::gateway::{Caller, Gateway};
+use crate::requests::{InFlightIds, RequestOrigin};
+use crate::watch::Progress;
 
 /// The tenant an HTTP request was authenticated as (put in the request's extensions by the
 /// HTTP layer before rmcp sees it).
@@ -102,55 +103,6 @@ impl Drop for Open {
     }
 }
 
-/// The JSON-RPC request ids in flight, per MCP session: a second request with an id already in
-/// flight in its session is refused at once (rmcp routes answers by id, so the two would share
-/// one route and one of them would never be answered).
-#[derive(Debug, Default)]
-pub(crate) struct InFlightIds {
-    ids: dashmap::DashSet<(String, String)>,
-}
-
-impl InFlightIds {
-    /// Claims `id` (its JSON text: `5` and `"5"` are two ids) in `session`; `None` when it is
-    /// already in flight there.
-    pub(crate) fn claim(self: &Arc<Self>, session: &str, id: &str) -> Option<IdClaim> {
-        let key = (session.to_owned(), id.to_owned());
-        self.ids.insert(key.clone()).then(|| IdClaim {
-            ids: self.clone(),
-            key,
-        })
-    }
-}
-
-/// A request id in flight; released when dropped (with the request's answer).
-#[derive(Debug)]
-pub(crate) struct IdClaim {
-    ids: Arc<InFlightIds>,
-    key: (String, String),
-}
-
-impl Drop for IdClaim {
-    fn drop(&mut self) {
-        self.ids.ids.remove(&self.key);
-    }
-}
-
-/// The JSON-RPC error for a request whose id is already in flight in its session.
-pub(crate) fn duplicate_id(id: &Value) -> Value {
-    json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "error": {
-            "code": -32600,
-            "message": format!(
-                "request id {id} is already in flight in this session: a request id must be \
-                 unique among the session's unanswered requests"
-            ),
-            "data": {"code": "duplicate-request-id"}
-        }
-    })
-}
-
 impl McpSession {
     /// A session whose tenant comes from each request's authentication (streamable HTTP).
     pub fn new(gateway: Arc<Gateway>) -> Self {
@@ -195,100 +147,33 @@ impl McpSession {
     }
 }
 
-/// serve.md's annotations, from the tool's effects (never from a downstream server's hints).
-fn annotations(t: &crate::kernel::transport::Tool) -> ToolAnnotations {
-    let m = t.manifest();
-    let kinds: Vec<EffectKind> = m.effects().iter().map(|e| e.kind).collect();
-    let read_only = t.access_plan().is_read_only();
-    let declares_changes = m
-        .effects()
-        .iter()
-        .any(|e| e.kind.mode() == AccessMode::Write);
-    let remote = m.spec.is_some() || m.mcp_endpoint.is_some();
-    let mut a = ToolAnnotations::default();
-    a.read_only_hint = Some(read_only);
-    a.destructive_hint = Some(
-        !read_only
-            && (kinds.iter().any(|k| {
-                matches!(
-                    k,
-                    EffectKind::Writes | EffectKind::Deletes | EffectKind::ExternalSideEffect
-                )
-            }) || !declares_changes),
-    );
-    a.idempotent_hint = Some(false);
-    a.open_world_hint = Some(
-        remote
-            || kinds.iter().any(|k| {
-                matches!(
-                    k,
-                    EffectKind::Network
-                        | EffectKind::ExternalSideEffect
-                        | EffectKind::SensitiveDataEgress
-                )
-            }),
-    );
-    a
-}
-
-/// The MCP tools a tenant sees, as `sluice tools --format mcp` names and describes them, with
-/// serve.md's annotations, less those its policy's tool rules deny.
+/// The MCP tools a tenant sees: the kernel's `tools/list` entries (names, schemas, the
+/// annotations of serve.md, the version in `_meta`), less those its authorizer hides from it.
 pub(crate) fn mcp_tools(gateway: &Gateway, tenant: &str) -> Vec<Tool> {
-    let hidden = gateway.options().hidden.clone();
-    let registry: &ToolRegistry = gateway.kernel().tools();
-    let exported = Api::Mcp.export(registry, gateway.names(), &ExportOptions::default());
-    exported
+    let kernel = gateway.kernel();
+    let options = ExportOptions::default().for_tenant(kernel, tenant);
+    sluice_kernel::adapters::mcp::export(kernel.tools(), gateway.names(), &options)
         .definitions
         .into_iter()
-        .filter_map(|d| {
-            let name = d.get("name")?.as_str()?.to_owned();
-            let tool = registry.get(&gateway.names().id(&name))?;
-            if hidden.as_ref().is_some_and(|h| h(tenant, tool.id())) {
-                return None;
+        .filter_map(|d| match serde_json::from_value::<Tool>(d) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::error!(error = %e, "a tool's MCP entry does not read as an MCP Tool");
+                None
             }
-            let object = |v: Option<&Value>| -> Option<Arc<Map<String, Value>>> {
-                v.and_then(Value::as_object).cloned().map(Arc::new)
-            };
-            let mut t = Tool::new(
-                name,
-                tool.manifest().description.as_str().to_owned(),
-                object(d.get("inputSchema")).unwrap_or_default(),
-            );
-            t.output_schema = object(d.get("outputSchema"));
-            t.annotations = Some(annotations(tool));
-            Some(t)
         })
         .collect()
 }
 
-/// A finished call as an MCP result (serve.md): `ok` is `structuredContent` plus its JSON as
-/// text; anything else `isError` with one text block naming the status and the code.
-///
-/// A call whose records the provenance log could not keep says so in `_meta`
-/// (`"sluice/recorded": false`), as `/v1/run` says `"recorded": false`: a client that needs the
-/// audit trail can tell.
+/// A finished call as an MCP result: the kernel's one rendering
+/// ([`sluice_kernel::adapters::mcp::result`]).
 pub(crate) fn to_mcp(r: &CallResult) -> CallToolResult {
-    let mut res = result_of(r);
-    if r.recorded == Some(false) {
-        let mut meta = serde_json::Map::new();
-        meta.insert("sluice/recorded".into(), serde_json::Value::Bool(false));
-        res.meta = Some(rmcp::model::MetaObject(meta));
-    }
-    res
-}
-
-fn result_of(r: &CallResult) -> CallToolResult {
-    match (r.status, &r.output) {
-        (Status::Ok, Some(out)) => {
-            let mut res = CallToolResult::success(vec![ContentBlock::text(result_text(r))]);
-            if out.is_object() {
-                res.structured_content = Some(out.clone());
-            }
-            res
-        }
-        (Status::Ok, None) => CallToolResult::success(vec![ContentBlock::text("null")]),
-        _ => CallToolResult::error(vec![ContentBlock::text(failure_text(r))]),
-    }
+    serde_json::from_value(sluice_kernel::adapters::mcp::result(r)).unwrap_or_else(|e| {
+        CallToolResult::error(vec![ContentBlock::text(format!(
+            "internal: the result of `{}` could not be rendered: {e}",
+            r.id
+        ))])
+    })
 }
 
 impl ServerHandler for McpSession {
@@ -453,7 +338,16 @@ impl McpSession {
                 let keep = self.gateway.kernel().options().approval_timeout
                     + Duration::from_secs(60);
                 let tenant = self.tenant(ctx)?;
-                let state = self.gateway.asks.insert(&tenant, answer, call, cancel, keep);
+                let Some(state) = elicit::request_state() else {
+                    // No unguessable state to resume by: the ask is rejected (fail closed).
+                    let _ = answer.send(ApprovalOutcome::Rejected {
+                        by: "no-elicitation".into(),
+                        reason: "the operating system gave no random bytes for a requestState"
+                            .into(),
+                    });
+                    return finish(name, call, cancel, &ctx.ct).await;
+                };
+                self.gateway.asks.insert(&state, &tenant, answer, call, cancel, keep);
                 let requests = BTreeMap::from([(
                     APPROVE.to_owned(),
                     InputRequest::Elicitation(elicit::input_request(&ask)),
@@ -585,6 +479,7 @@ pub async fn serve_stdio(gateway: Arc<Gateway>, tenant: &str) -> std::io::Result
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_kernel::model::Status;
 
     fn result(status: Status, recorded: Option<bool>) -> CallResult {
         CallResult {
@@ -594,7 +489,7 @@ mod tests {
             status,
             output: (status == Status::Ok).then(|| json!({"n": 1})),
             error: (status != Status::Ok)
-                .then(|| crate::kernel::model::CallError::new("io", "disk")),
+                .then(|| sluice_kernel::model::CallError::new("io", "disk")),
             started: None,
             ended: None,
             authorization: None,

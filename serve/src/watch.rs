@@ -6,12 +6,10 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use opentelemetry::trace::SpanContext;
-
-use super::trace::{CallSpan, SpanScope, Telemetry};
-use crate::kernel::model::Call;
-use crate::kernel::run::{CallMark, CallObserver, Waiting};
-use crate::kernel::CallResult;
+use crate::trace::{CallSpan, SpanContext, SpanScope, Telemetry};
+use sluice_kernel::model::Call;
+use sluice_kernel::run::{CallMark, CallObserver, Waiting};
+use sluice_kernel::CallResult;
 
 /// Where a call's progress goes: `(progress, message)`, progress increasing from 0.
 pub type Progress = Arc<dyn Fn(f64, String) + Send + Sync>;

@@ -10,6 +10,12 @@
 //!     input, compute accesses, build the graph).
 //!
 //! Run: `cargo bench --bench conflict_graph`. Throughput is reported per (call, access).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 use prio_graph::{AccessKind, PrioGraph, TopLevelId};

@@ -11,6 +11,12 @@
 //!     is printed beside them.
 //!
 //! Run: `cargo bench --bench dispatch`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

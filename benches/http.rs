@@ -4,6 +4,12 @@
 //! server in the same run.
 //!
 //! Run: `cargo bench --bench http`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 #[path = "../tests/support/http_server.rs"]
 mod http_server;

@@ -5,6 +5,12 @@
 //! binary, in the same run. One call, and 50 independent calls in flight together.
 //!
 //! Run: `cargo bench --bench mcp` (the reference server is installed into target/ on first use).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 #[path = "../tests/support/mcp.rs"]
 mod mcp;

@@ -4,6 +4,12 @@
 //! linear scan of the same rules, in the same run.
 //!
 //! Run: `cargo bench --bench policy`. Throughput is per access decision.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use serde_json::json;

@@ -9,6 +9,12 @@
 //! child process so that one open's peak does not hide the next.
 //!
 //! Run: `cargo bench --bench provenance`. Throughput is records per second.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -5,6 +5,12 @@
 //! of one kernel, in the same run, on a server started on loopback (tests/support/postgres.rs).
 //!
 //! Run: `cargo bench --bench scale` (needs Debian's postgresql package, as the tests do).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 #[path = "../tests/support/mod.rs"]
 mod support;

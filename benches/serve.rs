@@ -10,6 +10,12 @@
 //! after eight (it must not grow with the loads).
 //!
 //! Run: `cargo bench --bench serve` (prints the figures; exits non-zero if an invariant fails).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -7,6 +7,12 @@
 //! model reads them and answers the next turn; an answer without tool calls ends the loop.
 //!
 //! Run: `cargo run --example agent_loop`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use std::time::Duration;
 

@@ -4,6 +4,13 @@
 //! through the same functions (`tests/fuzz_regressions.rs`), so a finding stays fixed.
 //!
 //! Not an API: the functions exist for the fuzzers and the tests.
+#![allow(
+    clippy::panic,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    reason = "a fuzz property fails by panicking, so that libFuzzer keeps the input"
+)]
 
 use std::collections::HashSet;
 

@@ -1,5 +1,11 @@
 //! `sluice mcp import` against the reference MCP server, and `sluice run` on one batch that mixes
 //! native, HTTP and MCP tools.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod support;
 

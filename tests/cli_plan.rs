@@ -1,4 +1,10 @@
 //! `sluice plan` against cli.md: the JSON, the text and dot views, and clean failures.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod support;
 

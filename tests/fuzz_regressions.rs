@@ -1,6 +1,12 @@
 //! Every input kept for the fuzz targets — the seeds in `fuzz/corpus/<target>/` and the minimized
 //! findings in `fuzz/regressions/<target>/` — replayed through the same properties the fuzzers
 //! check (`sluice::fuzzing`), so a fixed finding stays fixed under the ordinary `cargo test`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use std::path::Path;
 

@@ -1,4 +1,10 @@
 //! Declarative HTTP tools against a real HTTP server on loopback that the tests start.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod support;
 

@@ -25,6 +25,12 @@
 //! `SLUICE_SCHEDULES` (or `PROPTEST_CASES`) sets how many schedules run (default 1,000);
 //! `SLUICE_SEED=<seed>` replays one. A failing schedule panics with its seed and the command that
 //! replays it. docs/testing.md explains the harness.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod support;
 

@@ -1,5 +1,11 @@
 //! The MCP transport over streamable HTTP, against a small MCP server of our own built with
 //! rmcp's server side and started by the test; and transport resolution at registration.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod support;
 

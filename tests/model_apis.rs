@@ -1,6 +1,12 @@
 //! The model-API adapters: golden files for each format in and out
 //! (tests/fixtures/model-apis/), the name mapping (a proptest over arbitrary ids, and a real
 //! collision), and malformed model output failing only the call concerned.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod support;
 

@@ -1,6 +1,12 @@
 //! Property test: the indexed engine decides exactly as the naive linear evaluation of the same
 //! rules, on random rules and accesses. Case counts follow proptest's default (256) unless
 //! `PROPTEST_CASES` says otherwise.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use proptest::prelude::*;
 use serde_json::{json, Value};

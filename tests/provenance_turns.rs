@@ -1,5 +1,11 @@
 //! Provenance across turns (issue 16): lineage across batches and processes, the durability
 //! promise on a real full file system and with an injected failing writer.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod support;
 

@@ -1,6 +1,12 @@
 //! Past one machine (docs/scale.md): processes that share a PostgreSQL database share each
 //! tenant's conflict domain. Against a real server (tests/support/postgres.rs), started on
 //! loopback in a temporary directory.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod support;
 

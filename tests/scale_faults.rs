@@ -4,6 +4,12 @@
 //!
 //! No timing assertions: where a test waits for something to happen (a reconnect, a reap) it
 //! polls with a generous bound that only a hang would exceed.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod support;
 

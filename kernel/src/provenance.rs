@@ -112,7 +112,8 @@ pub fn idempotency_key(tenant: &str, batch: &str, call: &str) -> String {
         h.update(part.as_bytes());
         h.update([0u8]);
     }
-    hex::encode(&h.finalize()[..16])
+    let digest = h.finalize();
+    hex::encode(digest.get(..16).unwrap_or(&digest))
 }
 
 /// A conflict edge's record.

@@ -1,6 +1,12 @@
 //! Property tests of access computation: the `fs:` normalizer against a plain reference for
 //! literal paths (its fast path included), idempotence, and templating fast path against the
 //! general expansion.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use proptest::prelude::*;
 use serde_json::json;

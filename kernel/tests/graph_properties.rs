@@ -6,6 +6,12 @@
 //! - templating keeps input values literal.
 //!
 //! Case counts follow proptest's default (256) unless `PROPTEST_CASES` says otherwise.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod support;
 

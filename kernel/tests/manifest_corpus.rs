@@ -2,6 +2,12 @@
 //! every invalid one reports the JSON pointer `expected.json` names, each expected warning is
 //! raised, and the serde model and the JSON Schema give the same verdict on the shape of every
 //! file.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod support;
 

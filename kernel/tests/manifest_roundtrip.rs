@@ -1,5 +1,11 @@
 //! Property test: any manifest built from the schema's shapes parses, serializes and parses back
 //! to the same value, and the JSON Schema accepts what the serde model accepts.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};

@@ -4,6 +4,12 @@
 //! The alphabet is small (`a`, `b`, and `z` standing for "any other character") so that every
 //! string up to the length any witness needs can be enumerated. Case counts follow proptest's
 //! default (256) unless `PROPTEST_CASES` says otherwise.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use proptest::prelude::*;
 use sluice_kernel::access::{general, Pattern, Token, MAX_CONTAINMENT_TOKENS};

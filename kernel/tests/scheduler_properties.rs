@@ -8,6 +8,12 @@
 //! - cancelling mid-batch leaves no handler running.
 //!
 //! Case counts are small by default (each case runs a batch); `PROPTEST_CASES` raises them.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod support;
 

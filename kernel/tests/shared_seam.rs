@@ -2,6 +2,12 @@
 //! domain and tokio's paused clock: a call admitted there is released there exactly once,
 //! after its predecessors there, whatever cancellation meets it and whenever. The PostgreSQL
 //! domain behind the same seam is tested in tests/scale.rs and by the traffic harness.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod support;
 

@@ -2,6 +2,12 @@
 //! another's, and a resource shared between tenants (a [`TenantScope::Shared`] tool: one root,
 //! one remote service) keeps its conflicting calls in submission order across tenants, so two
 //! tenants' increments of one counter lose nothing. On tokio's paused clock: deterministic.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod support;
 

@@ -76,6 +76,14 @@ fn kind_slot(k: EffectKind) -> usize {
     EffectKind::ALL.iter().position(|x| *x == k).unwrap_or(0)
 }
 
+// The hot path of every policy check indexes what compiling made: a rule index is a position
+// enumerated from this tenant's rules (which never change after compile), a kind's slot is below
+// `EffectKind::ALL.len()` (the length of `kinds`), a decision's slot is below 3 (the length of
+// `best`). A checked lookup could only add a branch that never runs, and no safe answer for it.
+#[allow(
+    clippy::indexing_slicing,
+    reason = "indices made by compiling this tenant's policy, see above"
+)]
 impl CompiledTenant {
     fn compile(policy: TenantPolicy) -> Self {
         let mut kinds: Vec<KindIndex> = EffectKind::ALL
@@ -344,6 +352,10 @@ impl PolicyEngine {
     /// assert!(!engine.tool_denied("acme", "acme.kv-delete")); // only its deletes are denied
     /// assert!(engine.tool_denied("globex", "acme.kv-get")); // no such tenant
     /// ```
+    #[allow(
+        clippy::indexing_slicing,
+        reason = "a tool rule's index is a position in its tenant's compiled rules"
+    )]
     pub fn tool_denied(&self, tenant: &str, tool: &str) -> bool {
         let policy = self.current.load();
         let Some(t) = policy.tenants.get(tenant) else {

@@ -364,7 +364,10 @@ impl Names {
         let digest = sha2::Sha256::digest(schema.as_bytes());
         Names {
             lock_prefix: format!("{schema}\u{1}"),
-            channel: format!("sluice_released_{}", hex::encode(&digest[..8])),
+            channel: format!(
+                "sluice_released_{}",
+                hex::encode(digest.get(..8).unwrap_or(&digest))
+            ),
         }
     }
 }

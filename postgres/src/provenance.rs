@@ -479,6 +479,12 @@ impl Writer {
     /// are refused alone.
     async fn commit_all(&mut self, groups: &[Vec<Record>]) -> Vec<Result<u64, String>> {
         let mut out: Vec<Result<u64, String>> = vec![Ok(0); groups.len()];
+        // Group `i`'s answer (every index below comes from enumerating `groups`).
+        fn answer(out: &mut [Result<u64, String>], i: usize, with: Result<u64, String>) {
+            if let Some(slot) = out.get_mut(i) {
+                *slot = with;
+            }
+        }
         if groups.is_empty() {
             return out;
         }
@@ -496,12 +502,16 @@ impl Writer {
             for (tenant, indexes) in &by_tenant {
                 if let Some(why) = status.damaged.get(*tenant) {
                     for &i in indexes {
-                        out[i] = Err(why.clone());
+                        answer(&mut out, i, Err(why.clone()));
                     }
                 }
             }
         }
-        by_tenant.retain(|_, indexes| indexes.first().is_some_and(|&i| out[i].is_ok()));
+        by_tenant.retain(|_, indexes| {
+            indexes
+                .first()
+                .is_some_and(|&i| out.get(i).is_some_and(Result::is_ok))
+        });
         if by_tenant.is_empty() {
             return out;
         }
@@ -509,7 +519,8 @@ impl Writer {
         if let (None, Some(why)) = (&self.link, down) {
             for indexes in by_tenant.values() {
                 for &i in indexes {
-                    out[i] = Err(format!("the provenance log cannot be written: {why}"));
+                    let why = format!("the provenance log cannot be written: {why}");
+                    answer(&mut out, i, Err(why));
                 }
             }
             return out;
@@ -518,7 +529,7 @@ impl Writer {
         match self.commit(groups, by_tenant.clone()).await {
             Ok(seqs) => {
                 for (i, seq) in seqs {
-                    out[i] = seq;
+                    answer(&mut out, i, seq);
                 }
             }
             Err(e) => {
@@ -538,7 +549,7 @@ impl Writer {
                 tracing::error!(error = %why, "the provenance log could not commit");
                 for indexes in by_tenant.values() {
                     for &i in indexes {
-                        out[i] = Err(why.clone());
+                        answer(&mut out, i, Err(why.clone()));
                     }
                 }
             }
@@ -597,9 +608,9 @@ impl Writer {
                 };
                 let mut touched: Vec<String> = Vec::new();
                 let mut wild = rebuilt;
-                for &i in &indexes {
+                for (i, group) in indexes.iter().filter_map(|&i| Some((i, groups.get(i)?))) {
                     let (records, head) = (&mut at.records, &mut at.head);
-                    self.writers.add_group(&groups[i], |r| {
+                    self.writers.add_group(group, |r| {
                         *records += 1;
                         let line = chain::line(*records, head, r);
                         *head = sha256_hex(line.as_bytes());

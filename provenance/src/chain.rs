@@ -41,10 +41,17 @@ fn hex_of(h: &[u8; 32]) -> String {
 }
 
 fn write_hex(h: &[u8; 32], out: &mut [u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for (i, b) in h.iter().enumerate() {
-        out[2 * i] = DIGITS[usize::from(b >> 4)];
-        out[2 * i + 1] = DIGITS[usize::from(b & 0xf)];
+    fn digit(n: u8) -> u8 {
+        match n {
+            0..=9 => b'0' + n,
+            _ => b'a' + (n - 10),
+        }
+    }
+    for (pair, b) in out.chunks_exact_mut(2).zip(h) {
+        if let [hi, lo] = pair {
+            *hi = digit(b >> 4);
+            *lo = digit(b & 0xf);
+        }
     }
 }
 
@@ -96,9 +103,12 @@ pub fn write_line(seq: u64, prev: &str, record: &Record, out: &mut Vec<u8>) -> u
     out.push(b'}');
     let mut h = Sha256::new();
     h.update(b"{");
-    h.update(&out[content_at..]);
+    h.update(out.get(content_at..).unwrap_or_default());
     let hash: [u8; 32] = h.finalize().into();
-    write_hex(&hash, &mut out[hash_at..hash_at + 64]);
+    // The 64 placeholder digits written above.
+    if let Some(digits) = out.get_mut(hash_at..hash_at + 64) {
+        write_hex(&hash, digits);
+    }
     start
 }
 
@@ -193,12 +203,17 @@ fn content_hash_matches(line: &[u8], hash: &str) -> bool {
     let Some(rest) = line.strip_prefix(HEAD) else {
         return false;
     };
-    if rest.len() < 66 || &rest[..64] != hash.as_bytes() || &rest[64..66] != b"\"," {
+    let (Some(stated), Some(b"\","), Some(content)) =
+        (rest.get(..64), rest.get(64..66), rest.get(66..))
+    else {
+        return false;
+    };
+    if stated != hash.as_bytes() {
         return false;
     }
     let mut h = Sha256::new();
     h.update(b"{");
-    h.update(&rest[66..]);
+    h.update(content);
     hex_of(&h.finalize().into()) == hash
 }
 
@@ -310,8 +325,10 @@ pub fn scan<R: std::io::BufRead>(
             return Ok(checker.into_state());
         }
         number += 1;
-        let complete = buf.last() == Some(&b'\n');
-        let text_bytes = if complete { &buf[..n - 1] } else { &buf[..] };
+        let (complete, text_bytes) = match buf.strip_suffix(b"\n") {
+            Some(line) => (true, line),
+            None => (false, &buf[..]),
+        };
         match checker.check(text_bytes) {
             Ok(record) => {
                 visit(text_bytes, record);

@@ -140,7 +140,7 @@ impl LastWriters {
         for (i, record) in group.iter().enumerate() {
             if let Record::Call(call) = record {
                 // The kernel's own edges for this call: the records of its group before it.
-                let known = group[start..i].iter().filter_map(|r| match r {
+                let known = group.iter().take(i).skip(start).filter_map(|r| match r {
                     Record::Edge(e) => Some(e),
                     _ => None,
                 });

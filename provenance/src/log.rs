@@ -464,7 +464,7 @@ impl Writer {
     fn add(&mut self, record: &Record, buf: &mut Vec<u8>) {
         self.seq += 1;
         let start = chain::write_line(self.seq, &self.prev, record, buf);
-        let line = &buf[start..];
+        let line = buf.get(start..).unwrap_or_default();
         self.prev = sha256_hex(line);
         self.frontier.push_line(line);
         buf.push(b'\n');
@@ -492,7 +492,7 @@ impl Writer {
         if let Some(room) = &mut self.room {
             if (buf.len() as u64) > *room {
                 let fits = *room as usize;
-                self.file.write_all(&buf[..fits])?;
+                self.file.write_all(buf.get(..fits).unwrap_or(buf))?;
                 *room = 0;
                 return Err(std::io::Error::from_raw_os_error(28)); // ENOSPC
             }

@@ -98,13 +98,13 @@ impl Frontier {
 
 /// The tree head of a list of leaf hashes (RFC 6962's `MTH`).
 pub fn root_of(leaves: &[Hash]) -> Hash {
-    match leaves.len() {
-        0 => empty_root(),
-        1 => leaves[0],
-        n => {
-            let k = split(n);
-            node_hash(&root_of(&leaves[..k]), &root_of(&leaves[k..]))
-        }
+    match leaves {
+        [] => empty_root(),
+        [one] => *one,
+        _ => match leaves.split_at_checked(split(leaves.len())) {
+            Some((left, right)) => node_hash(&root_of(left), &root_of(right)),
+            None => empty_root(), // split(n) < n: never
+        },
     }
 }
 
@@ -120,12 +120,15 @@ pub fn inclusion_proof(leaves: &[Hash], index: usize) -> Option<Vec<Hash>> {
             return;
         }
         let k = split(n);
+        let Some((left, right)) = leaves.split_at_checked(k) else {
+            return; // split(n) < n: never
+        };
         if m < k {
-            path(&leaves[..k], m, out);
-            out.push(root_of(&leaves[k..]));
+            path(left, m, out);
+            out.push(root_of(right));
         } else {
-            path(&leaves[k..], m - k, out);
-            out.push(root_of(&leaves[..k]));
+            path(right, m - k, out);
+            out.push(root_of(left));
         }
     }
     let mut out = Vec::new();

@@ -53,8 +53,9 @@ pub fn key_id(name: &str, public: &[u8; 32]) -> u32 {
     h.update(b"\n");
     h.update([ED25519]);
     h.update(public);
-    let d = h.finalize();
-    u32::from_be_bytes([d[0], d[1], d[2], d[3]])
+    let d: [u8; 32] = h.finalize().into();
+    let [a, b, c, e, ..] = d;
+    u32::from_be_bytes([a, b, c, e])
 }
 
 /// An Ed25519 signer key with its name.
@@ -245,14 +246,14 @@ impl VerifierKey {
             let blob = B64
                 .decode(blob)
                 .map_err(|e| NoteError::MalformedNote(format!("a signature is not base64: {e}")))?;
-            if blob.len() < 4 {
+            let Some((id, signature)) = blob.split_first_chunk::<4>() else {
                 return Err(NoteError::MalformedNote("a signature is too short".into()));
-            }
-            let id = u32::from_be_bytes([blob[0], blob[1], blob[2], blob[3]]);
+            };
+            let id = u32::from_be_bytes(*id);
             if name != self.name || id != self.id() {
                 continue;
             }
-            let sig = Signature::from_slice(&blob[4..])
+            let sig = Signature::from_slice(signature)
                 .map_err(|_| NoteError::BadSignature(self.name.clone()))?;
             return self
                 .key

@@ -388,15 +388,17 @@ pub fn prov_json(records: &[Record]) -> Value {
         let mut a = json!({"prov:type": "sluice:call", "sluice:tool": c.tool,
             "sluice:tenant": c.tenant, "sluice:outcome": c.outcome,
             "sluice:inputSha256": c.input_sha256});
-        if let Some(s) = c.started_at_ms {
-            a["prov:startTime"] = json!(iso(s));
-        }
-        if let Some(e) = c.ended_at_ms {
-            a["prov:endTime"] = json!(iso(e));
-        }
-        if let Some(d) = &c.decision {
-            a["sluice:decision"] = json!(d);
-            a["sluice:decidedBy"] = json!(c.decided_by);
+        if let Some(o) = a.as_object_mut() {
+            if let Some(s) = c.started_at_ms {
+                o.insert("prov:startTime".into(), json!(iso(s)));
+            }
+            if let Some(e) = c.ended_at_ms {
+                o.insert("prov:endTime".into(), json!(iso(e)));
+            }
+            if let Some(d) = &c.decision {
+                o.insert("sluice:decision".into(), json!(d));
+                o.insert("sluice:decidedBy".into(), json!(c.decided_by));
+            }
         }
         activity.insert(id.clone(), a);
         let tenant = format!("sluice:tenant/{}", c.tenant);

@@ -899,9 +899,11 @@ async fn run(
 
 /// The JSON error body of the batch API: `{"error": {"code", "message", "pointer"?}}`.
 pub fn error_body(code: &str, message: &str, pointer: Option<&str>) -> Value {
-    let mut e = json!({"code": code, "message": message});
+    let mut e = serde_json::Map::new();
+    e.insert("code".into(), json!(code));
+    e.insert("message".into(), json!(message));
     if let Some(p) = pointer {
-        e["pointer"] = json!(p);
+        e.insert("pointer".into(), json!(p));
     }
     json!({"error": e})
 }

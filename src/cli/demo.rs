@@ -136,7 +136,7 @@ async fn issue_tracker() -> anyhow::Result<std::net::SocketAddr> {
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 4096];
                 let n = sock.read(&mut buf).await.unwrap_or(0);
-                let req = String::from_utf8_lossy(&buf[..n]);
+                let req = String::from_utf8_lossy(buf.get(..n).unwrap_or_default());
                 let id = req
                     .split_whitespace()
                     .nth(1)
@@ -169,7 +169,11 @@ fn tools(root: &Path, tracker: std::net::SocketAddr, kv: KvStore) -> anyhow::Res
         move |v: &Value| -> Value {
             let mut v = v.clone();
             if let Some(p) = v.get("path").and_then(Value::as_str) {
-                v["path"] = json!(builtin::lexical_absolute(&root, Path::new(p)).to_string_lossy());
+                let absolute =
+                    json!(builtin::lexical_absolute(&root, Path::new(p)).to_string_lossy());
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("path".into(), absolute);
+                }
             }
             v
         }
@@ -186,10 +190,10 @@ fn tools(root: &Path, tracker: std::net::SocketAddr, kv: KvStore) -> anyhow::Res
             let r = r.clone();
             async move {
                 tokio::time::sleep(Duration::from_millis(40)).await;
-                let p = r.join(input["path"].as_str().unwrap_or(""));
+                let p = r.join(input.get("path").and_then(Value::as_str).unwrap_or(""));
                 let content = tokio::fs::read_to_string(&p).await
                     .map_err(|e| ToolError::new("io", e.to_string()))?;
-                Ok(json!({"path": input["path"], "content": content}))
+                Ok(json!({"path": input.get("path").cloned().unwrap_or_default(), "content": content}))
             }
         })),
     )?
@@ -203,17 +207,17 @@ fn tools(root: &Path, tracker: std::net::SocketAddr, kv: KvStore) -> anyhow::Res
         Some(handler(move |_c: ToolContext, input: Value| {
             let r = r.clone();
             async move {
-                let p = r.join(input["path"].as_str().unwrap_or(""));
+                let p = r.join(input.get("path").and_then(Value::as_str).unwrap_or(""));
                 let before = tokio::fs::read_to_string(&p).await
                     .map_err(|e| ToolError::new("io", e.to_string()))?;
                 tokio::time::sleep(Duration::from_millis(60)).await;
-                let find = input["find"].as_str().unwrap_or("");
+                let find = input.get("find").and_then(Value::as_str).unwrap_or("");
                 if !before.contains(find) {
                     return Err(ToolError::new("not-found", format!("`{find}` is not in the file")));
                 }
-                let after = before.replacen(find, input["replace"].as_str().unwrap_or(""), 1);
+                let after = before.replacen(find, input.get("replace").and_then(Value::as_str).unwrap_or(""), 1);
                 tokio::fs::write(&p, &after).await.map_err(|e| ToolError::new("io", e.to_string()))?;
-                Ok(json!({"path": input["path"], "bytes": after.len()}))
+                Ok(json!({"path": input.get("path").cloned().unwrap_or_default(), "bytes": after.len()}))
             }
         })),
     )?
@@ -231,7 +235,11 @@ fn tools(root: &Path, tracker: std::net::SocketAddr, kv: KvStore) -> anyhow::Res
             let r = r.clone();
             async move {
                 tokio::time::sleep(Duration::from_millis(120)).await;
-                let q = input["query"].as_str().unwrap_or("").to_owned();
+                let q = input
+                    .get("query")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned();
                 let mut hits = Vec::new();
                 for rel in ["README.md", "src/lexer.rs", "src/main.rs", "src/parser.rs"] {
                     let text = tokio::fs::read_to_string(r.join(rel))
@@ -479,8 +487,9 @@ async fn through_gateway(out: &Path, tracker: std::net::SocketAddr) -> anyhow::R
         .error_for_status()?
         .json()
         .await?;
-    let statuses = ran["results"]
-        .as_array()
+    let statuses = ran
+        .get("results")
+        .and_then(Value::as_array)
         .map(|rs| {
             rs.iter()
                 .map(|r| {

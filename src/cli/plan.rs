@@ -63,7 +63,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 fn id(plan: &Plan, i: usize) -> &str {
-    &plan.calls[i].call.id
+    plan.calls.get(i).map_or("", |c| c.call.id.as_str())
 }
 
 fn to_text(plan: &Plan, auth: Option<&[Authorization]>) -> String {

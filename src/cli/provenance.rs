@@ -521,7 +521,12 @@ fn verify(
             let mut out = json!({"valid": true, "records": v.records, "head": v.head,
                                  "outcome_unknown": unknown});
             if let Some(c) = &checkpoint {
-                out["checkpoint"] = json!({"origin": c.origin, "size": c.size});
+                if let Some(o) = out.as_object_mut() {
+                    o.insert(
+                        "checkpoint".into(),
+                        json!({"origin": c.origin, "size": c.size}),
+                    );
+                }
             }
             outln!("{out}")
         }

@@ -93,13 +93,9 @@ impl Normalizer for FsNormalizer {
     fn normalize(&self, pattern: Pattern) -> Pattern {
         let tokens = pattern.tokens();
         let head = [Token::Lit('f'), Token::Lit('s'), Token::Lit(':')];
-        if !tokens.starts_with(&head) {
+        let Some(path) = tokens.strip_prefix(&head[..]).filter(|p| !p.is_empty()) else {
             return pattern;
-        }
-        let path = &tokens[3..];
-        if path.is_empty() {
-            return pattern;
-        }
+        };
         // Most paths are already normal: no empty, `.` or `..` segment, no trailing `/`.
         let normal = path
             .split(|t| *t == Token::Lit('/'))
@@ -111,7 +107,7 @@ impl Normalizer for FsNormalizer {
         if normal || path == [Token::Lit('/')] {
             return pattern;
         }
-        let absolute = path[0] == Token::Lit('/');
+        let absolute = path.first() == Some(&Token::Lit('/'));
         let mut segs: Vec<&[Token]> = Vec::new();
         let mut widened = false;
         for seg in path.split(|t| *t == Token::Lit('/')) {

@@ -174,14 +174,14 @@ impl Pattern {
             .position(|t| !matches!(t, Token::Lit(_)))
             .unwrap_or(tokens.len());
         let mut prefix = String::with_capacity(first_wild);
-        for t in &tokens[..first_wild] {
+        for t in tokens.iter().take(first_wild) {
             if let Token::Lit(c) = t {
                 prefix.push(*c);
             }
         }
         let strategy = if first_wild == tokens.len() {
             Strategy::Exact
-        } else if first_wild + 1 == tokens.len() && tokens[first_wild] == Token::Star {
+        } else if first_wild + 1 == tokens.len() && tokens.get(first_wild) == Some(&Token::Star) {
             if first_wild == 0 {
                 Strategy::Any
             } else {
@@ -246,8 +246,8 @@ impl Pattern {
             _ => {
                 // A cheap refusal first: the literal prefixes must agree as far as both go.
                 let (a, b) = (self.0.prefix.as_bytes(), other.0.prefix.as_bytes());
-                let n = a.len().min(b.len());
-                a[..n] == b[..n] && general::overlaps(&self.0.tokens, &other.0.tokens)
+                a.iter().zip(b).all(|(x, y)| x == y)
+                    && general::overlaps(&self.0.tokens, &other.0.tokens)
             }
         }
     }
@@ -350,7 +350,7 @@ pub mod general {
         let mut star: Option<(usize, usize)> = None;
         while si < chars.len() {
             match tokens.get(ti) {
-                Some(Token::Lit(c)) if *c == chars[si] => {
+                Some(Token::Lit(c)) if chars.get(si) == Some(c) => {
                     ti += 1;
                     si += 1;
                 }
@@ -373,9 +373,7 @@ pub mod general {
                 },
             }
         }
-        tokens[ti.min(tokens.len())..]
-            .iter()
-            .all(|t| *t == Token::Star)
+        tokens.iter().skip(ti).all(|t| *t == Token::Star)
     }
 
     /// Whether some string matches both `a` and `b`: reachability of `(n, m)` in the product of
@@ -401,11 +399,17 @@ pub mod general {
             return true;
         }
         let w = m + 1;
+        // The (n + 1) x (m + 1) table, row by row: cell (i, j) at i * w + j.
         let mut reach = vec![false; (n + 1) * w];
-        reach[0] = true;
+        let mark = |reach: &mut Vec<bool>, cell: usize| {
+            if let Some(r) = reach.get_mut(cell) {
+                *r = true;
+            }
+        };
+        mark(&mut reach, 0);
         for i in 0..=n {
             for j in 0..=m {
-                if !reach[i * w + j] {
+                if reach.get(i * w + j) != Some(&true) {
                     continue;
                 }
                 if i == n && j == m {
@@ -414,27 +418,27 @@ pub mod general {
                 let ta = a.get(i).copied();
                 let tb = b.get(j).copied();
                 if ta == Some(Token::Star) {
-                    reach[(i + 1) * w + j] = true; // a's star matches nothing
+                    mark(&mut reach, (i + 1) * w + j); // a's star matches nothing
                 }
                 if tb == Some(Token::Star) {
-                    reach[i * w + j + 1] = true; // b's star matches nothing
+                    mark(&mut reach, i * w + j + 1); // b's star matches nothing
                 }
                 match (ta, tb) {
                     (Some(Token::Star), Some(Token::Lit(_) | Token::One)) => {
-                        reach[i * w + j + 1] = true; // a's star takes b's character
+                        mark(&mut reach, i * w + j + 1); // a's star takes b's character
                     }
                     (Some(Token::Lit(_) | Token::One), Some(Token::Star)) => {
-                        reach[(i + 1) * w + j] = true; // b's star takes a's character
+                        mark(&mut reach, (i + 1) * w + j); // b's star takes a's character
                     }
                     (Some(Token::Lit(x)), Some(Token::Lit(y))) if x != y => {}
                     (Some(Token::Lit(_) | Token::One), Some(Token::Lit(_) | Token::One)) => {
-                        reach[(i + 1) * w + j + 1] = true;
+                        mark(&mut reach, (i + 1) * w + j + 1);
                     }
                     _ => {}
                 }
             }
         }
-        reach[n * w + m]
+        reach.get(n * w + m) == Some(&true)
     }
 
     /// A set of positions in `a`, as a bitset (position `k` is bit `k`).
@@ -502,18 +506,18 @@ pub mod general {
                 // with this prefix (stars may take nothing), so B escapes A.
                 return false;
             }
-            if j == b.len() {
+            let Some(&tb) = b.get(j) else {
                 if s & accept_a == 0 {
                     return false;
                 }
                 continue;
-            }
+            };
             let mut push = |state: (usize, Set)| {
                 if seen.insert(state) {
                     queue.push_back(state);
                 }
             };
-            match b[j] {
+            match tb {
                 Token::Lit(c) => {
                     // The class of `c` in A: itself if A has it as a literal, else "anything".
                     let class = classes.iter().copied().find(|k| *k == Some(c)).flatten();

@@ -94,23 +94,26 @@ impl ResourceTemplate {
                 .zip(&digits)
                 .map(|(b, d)| match b {
                     Binding::One(s) => s.as_str(),
-                    Binding::Many(v) => v[*d].as_str(),
+                    // Each digit counts below its array's length (the odometer below).
+                    Binding::Many(v) => v.get(*d).map_or("", String::as_str),
                 })
                 .collect();
             out.push(self.render(&names, &chosen));
-            let mut k = 0;
-            loop {
-                if k == values.len() {
-                    return out;
-                }
-                if let Binding::Many(v) = &values[k] {
-                    digits[k] += 1;
-                    if digits[k] < v.len() {
+            // The next reading: the first array whose digit can go up does, the ones before it
+            // wrap to 0; when none can, every combination has been rendered.
+            let mut turned = false;
+            for (value, digit) in values.iter().zip(digits.iter_mut()) {
+                if let Binding::Many(v) = value {
+                    *digit += 1;
+                    if *digit < v.len() {
+                        turned = true;
                         break;
                     }
-                    digits[k] = 0;
+                    *digit = 0;
                 }
-                k += 1;
+            }
+            if !turned {
+                return out;
             }
         }
     }
@@ -121,8 +124,12 @@ impl ResourceTemplate {
             match p {
                 Part::Lit(t) => s.push_str(t),
                 Part::Var(n) => {
-                    if let Some(i) = names.iter().position(|x| x == n) {
-                        s.push_str(chosen[i]);
+                    if let Some(c) = names
+                        .iter()
+                        .position(|x| x == n)
+                        .and_then(|i| chosen.get(i))
+                    {
+                        s.push_str(c);
                     }
                 }
             }

@@ -124,6 +124,14 @@ pub(crate) fn offered<'a>(
         .collect()
 }
 
+/// Sets `key` of a JSON object (a document made as an object just before; anything else is
+/// left as it is).
+pub(crate) fn set(doc: &mut Value, key: &str, value: Value) {
+    if let Some(o) = doc.as_object_mut() {
+        o.insert(key.to_owned(), value);
+    }
+}
+
 /// Turns a conversion's notes into changes of the tool `name`.
 pub(crate) fn changes_of(name: &str, notes: schema::Notes, into: &mut Vec<Change>) {
     into.extend(notes.0.into_iter().map(|(pointer, what)| Change {

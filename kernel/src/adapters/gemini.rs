@@ -7,7 +7,7 @@
 use serde_json::{json, Map, Value};
 
 use super::common::{
-    batch_of, block_kind, changes_of, has_id, make_call, offered, wrong_shape, ArgsForm,
+    batch_of, block_kind, changes_of, has_id, make_call, offered, set, wrong_shape, ArgsForm,
     ExportOptions, Exported, FnCall, IngestOptions,
 };
 use super::names::ToolNames;
@@ -29,7 +29,7 @@ pub fn export(registry: &ToolRegistry, names: &ToolNames, options: &ExportOption
         let mut notes = schema::Notes::default();
         let mut d = json!({"name": name, "description": t.manifest().description.as_str()});
         if let Some(p) = schema::gemini(&t.manifest().input, &mut notes) {
-            d["parameters"] = p;
+            set(&mut d, "parameters", p);
         }
         changes_of(&name, notes, &mut out.changes);
         decls.push(d);

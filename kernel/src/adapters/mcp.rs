@@ -4,7 +4,8 @@
 use serde_json::{json, Value};
 
 use super::common::{
-    annotations, batch_of, changes_of, failure_text, offered, wrong_shape, ExportOptions, Exported,
+    annotations, batch_of, changes_of, failure_text, offered, set, wrong_shape, ExportOptions,
+    Exported,
 };
 use super::names::ToolNames;
 use super::schema;
@@ -55,7 +56,11 @@ pub fn export(registry: &ToolRegistry, names: &ToolNames, options: &ExportOption
             "inputSchema": input, "annotations": annotations(t),
             "_meta": {VERSION_META: t.manifest().version.as_str()}});
         if !t.manifest().output.is_empty() {
-            v["outputSchema"] = Value::Object(t.manifest().output.clone());
+            set(
+                &mut v,
+                "outputSchema",
+                Value::Object(t.manifest().output.clone()),
+            );
         }
         out.definitions.push(v);
     }
@@ -122,7 +127,7 @@ pub fn result(r: &CallResult) -> Value {
     };
     let mut v = json!({"content": [{"type": "text", "text": text}], "isError": !ok});
     if let (true, Some(out @ Value::Object(_))) = (ok, &r.output) {
-        v["structuredContent"] = out.clone();
+        set(&mut v, "structuredContent", out.clone());
     }
     let mut meta = serde_json::Map::new();
     if let Some(version) = &r.version {
@@ -132,7 +137,7 @@ pub fn result(r: &CallResult) -> Value {
         meta.insert(RECORDED_META.into(), Value::Bool(false));
     }
     if !meta.is_empty() {
-        v["_meta"] = Value::Object(meta);
+        set(&mut v, "_meta", Value::Object(meta));
     }
     v
 }

@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use super::common::{
-    batch_of, block_kind, changes_of, has_id, make_call, offered, result_text, wrong_shape,
+    batch_of, block_kind, changes_of, has_id, make_call, offered, result_text, set, wrong_shape,
     ArgsForm, ExportOptions, Exported, FnCall, IngestOptions,
 };
 use super::names::ToolNames;
@@ -31,7 +31,7 @@ pub fn export(registry: &ToolRegistry, names: &ToolNames, options: &ExportOption
         let mut f = json!({"name": name, "description": t.manifest().description.as_str(),
                            "parameters": parameters});
         if options.strict {
-            f["strict"] = json!(strict);
+            set(&mut f, "strict", json!(strict));
         }
         out.definitions
             .push(json!({"type": "function", "function": f}));

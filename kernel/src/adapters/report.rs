@@ -13,8 +13,10 @@ use crate::order::Plan;
 use crate::run::{BatchResult, CallResult};
 use crate::transport::ToolRegistry;
 
+/// The id of the plan's call at position `i` (the graph's node `i`; empty past the end, which
+/// the graph never names).
 fn id(plan: &Plan, i: usize) -> &str {
-    &plan.calls[i].call.id
+    plan.calls.get(i).map_or("", |c| c.call.id.as_str())
 }
 
 /// The plan as cli.md's JSON.
@@ -36,7 +38,8 @@ pub fn plan_json(plan: &Plan, auth: Option<&[Authorization]>) -> Value {
                                "version": c.tool.as_ref().map(|t| t.manifest().version.as_str()),
                                "read_only": c.is_read_only(), "accesses": accesses});
             if let Some(a) = auth.and_then(|a| a.get(i)) {
-                v["authorization"] = json!({"decision": a.decision.as_str(), "by": a.by});
+                let decision = json!({"decision": a.decision.as_str(), "by": a.by});
+                super::common::set(&mut v, "authorization", decision);
             }
             v
         })
@@ -84,7 +87,7 @@ pub fn result_json(r: &CallResult) -> Value {
         "ended_ms": r.ended.map(ms),
     });
     if let Some(recorded) = r.recorded {
-        v["recorded"] = json!(recorded);
+        super::common::set(&mut v, "recorded", json!(recorded));
     }
     v
 }

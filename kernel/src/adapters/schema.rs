@@ -343,7 +343,9 @@ pub(crate) fn gemini(schema: &Map<String, Value>, notes: &mut Notes) -> Option<V
     };
     let mut root = g.node(&Value::Object(schema.clone()), "");
     if root.get("type").is_none() && root.get("anyOf").is_none() {
-        root["type"] = json!("OBJECT");
+        if let Some(o) = root.as_object_mut() {
+            o.insert("type".into(), json!("OBJECT"));
+        }
     }
     let empty = root.get("type") == Some(&json!("OBJECT"))
         && root

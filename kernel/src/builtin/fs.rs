@@ -220,7 +220,10 @@ impl Roots {
                 shown: self.base.join(".no-root"),
                 real: self.real_base.join(".no-root"),
             });
-            v["path"] = Value::String(root.canonical(p).to_string_lossy().into_owned());
+            let canonical = root.canonical(p).to_string_lossy().into_owned();
+            if let Some(o) = v.as_object_mut() {
+                o.insert("path".into(), Value::String(canonical));
+            }
         }
         v
     }
@@ -359,7 +362,12 @@ fn beneath(roots: Arc<Roots>, what: &'static str, create: bool, op: FileOp) -> A
             let dir = roots.open(&root, create)?;
             let mut out =
                 op(&dir, &rel, &input).map_err(|e| beneath_error(what, raw, &path, &root, e))?;
-            out["path"] = Value::String(path.to_string_lossy().into_owned());
+            if let Some(o) = out.as_object_mut() {
+                o.insert(
+                    "path".into(),
+                    Value::String(path.to_string_lossy().into_owned()),
+                );
+            }
             Ok(out)
         })
     })

@@ -540,17 +540,18 @@ impl Findings<'_> {
             ));
         }
         if m.mutating == Some(false) {
-            if let Some(i) = m
+            if let Some((i, e)) = m
                 .effects()
                 .iter()
-                .position(|e| e.kind.mode() == AccessMode::Write)
+                .enumerate()
+                .find(|(_, e)| e.kind.mode() == AccessMode::Write)
             {
                 self.warnings.push(Diagnostic::new(
                     format!("/effects/{i}/kind"),
                     format!(
                         "`mutating: false` but the tool declares a changing effect (`{}`): the \
                          effect wins, the tool is treated as mutating",
-                        m.effects()[i].kind
+                        e.kind
                     ),
                 ));
             }

@@ -31,9 +31,21 @@ impl ConflictGraph {
         self.scratch.clear();
         self.index.insert(pos, accesses, &mut self.scratch);
         for e in self.scratch.drain(..) {
-            self.graph.add_edge(self.nodes[e.from], node, e);
+            // The index finds only earlier calls, each already a node.
+            if let Some(&from) = self.nodes.get(e.from) {
+                self.graph.add_edge(from, node, e);
+            }
         }
         pos
+    }
+
+    /// The edges into or out of `call` (none for a position past the end).
+    fn edges_of(&self, call: usize, direction: Direction) -> impl Iterator<Item = &Edge> + '_ {
+        self.nodes
+            .get(call)
+            .into_iter()
+            .flat_map(move |&n| self.graph.edges_directed(n, direction))
+            .map(|e| e.weight())
     }
 
     /// Number of calls.
@@ -56,9 +68,8 @@ impl ConflictGraph {
     /// The positions of the calls `call` waits for directly, ascending.
     pub fn predecessors(&self, call: usize) -> Vec<usize> {
         let mut p: Vec<usize> = self
-            .graph
-            .edges_directed(self.nodes[call], Direction::Incoming)
-            .map(|e| e.weight().from)
+            .edges_of(call, Direction::Incoming)
+            .map(|e| e.from)
             .collect();
         p.sort_unstable();
         p
@@ -67,9 +78,8 @@ impl ConflictGraph {
     /// The positions of the calls that wait directly for `call`, ascending.
     pub fn successors(&self, call: usize) -> Vec<usize> {
         let mut s: Vec<usize> = self
-            .graph
-            .edges_directed(self.nodes[call], Direction::Outgoing)
-            .map(|e| e.weight().to)
+            .edges_of(call, Direction::Outgoing)
+            .map(|e| e.to)
             .collect();
         s.sort_unstable();
         s
@@ -77,16 +87,17 @@ impl ConflictGraph {
 
     /// For each call, the number of calls on its longest chain of predecessors.
     pub fn levels(&self) -> Vec<usize> {
-        let mut level = vec![0usize; self.nodes.len()];
+        let mut level: Vec<usize> = Vec::with_capacity(self.nodes.len());
         // Edges always go from an earlier position to a later one: positions are a topological
-        // order.
+        // order, so each predecessor's level is known when its successor's is taken.
         for to in 0..self.nodes.len() {
-            for e in self
-                .graph
-                .edges_directed(self.nodes[to], Direction::Incoming)
-            {
-                level[to] = level[to].max(level[e.weight().from] + 1);
-            }
+            let l = self
+                .edges_of(to, Direction::Incoming)
+                .filter_map(|e| level.get(e.from))
+                .map(|l| l + 1)
+                .max()
+                .unwrap_or(0);
+            level.push(l);
         }
         level
     }
@@ -98,7 +109,9 @@ impl ConflictGraph {
         let depth = levels.iter().max().map_or(0, |m| m + 1);
         let mut waves = vec![Vec::new(); depth];
         for (call, l) in levels.into_iter().enumerate() {
-            waves[l].push(call);
+            if let Some(wave) = waves.get_mut(l) {
+                wave.push(call);
+            }
         }
         waves
     }
@@ -106,17 +119,17 @@ impl ConflictGraph {
     /// A longest chain of calls (by count), first to last; the earliest such chain.
     pub fn critical_path(&self) -> Vec<usize> {
         let levels = self.levels();
-        let Some(mut at) = (0..levels.len()).max_by_key(|i| (levels[*i], std::cmp::Reverse(*i)))
+        let level = |call: usize| levels.get(call).copied().unwrap_or(0);
+        let Some(mut at) = (0..levels.len()).max_by_key(|&i| (level(i), std::cmp::Reverse(i)))
         else {
             return Vec::new();
         };
         let mut path = vec![at];
-        while levels[at] > 0 {
+        while level(at) > 0 {
             let prev = self
-                .graph
-                .edges_directed(self.nodes[at], Direction::Incoming)
-                .map(|e| e.weight().from)
-                .filter(|p| levels[*p] + 1 == levels[at])
+                .edges_of(at, Direction::Incoming)
+                .map(|e| e.from)
+                .filter(|&p| level(p) + 1 == level(at))
                 .min();
             match prev {
                 Some(p) => {

@@ -195,7 +195,12 @@ fn initial_state(
             if latest.is_some_and(|l| l.seq > e.seq) {
                 break;
             }
-            if patterns[e.pattern as usize].matches(key) {
+            // An id is an index into the interned patterns; were it not, the safe reading is
+            // a conflict (an extra edge orders two calls; a missing one would race them).
+            if patterns
+                .get(e.pattern as usize)
+                .is_none_or(|p| p.matches(key))
+            {
                 latest = Some(*e);
                 break;
             }
@@ -297,14 +302,14 @@ impl ConflictIndex {
         // One entry per pattern, in the strictest mode of its accesses; entries that read go
         // first (pure reads, then reads-and-writes, then pure writes): a read must see the last
         // writer before this call's own writes take the resource over.
-        let mut entries: smallvec::SmallVec<[(u8, usize, AccessMode, bool); 8]> =
+        let mut entries: smallvec::SmallVec<[(u8, &Access, AccessMode, bool); 8]> =
             smallvec::SmallVec::new();
         for (i, a) in accesses.iter().enumerate() {
-            if accesses[..i].iter().any(|b| b.resource == a.resource) {
+            if accesses.iter().take(i).any(|b| b.resource == a.resource) {
                 continue;
             }
             let (mut writes, mut reads) = (false, false);
-            for b in accesses[i..].iter().filter(|b| b.resource == a.resource) {
+            for b in accesses.iter().skip(i).filter(|b| b.resource == a.resource) {
                 match b.mode() {
                     AccessMode::Write => writes = true,
                     AccessMode::Read => reads = true,
@@ -315,11 +320,10 @@ impl ConflictIndex {
                 (true, true) => (1, AccessMode::Write),
                 (true, false) => (2, AccessMode::Write),
             };
-            entries.push((order, i, mode, reads));
+            entries.push((order, a, mode, reads));
         }
         entries.sort_by_key(|e| e.0);
-        for (_, i, mode, reads) in entries {
-            let a = &accesses[i];
+        for (_, a, mode, reads) in entries {
             match a.resource.as_exact() {
                 Some(key) => self.insert_exact(call, key, &a.resource, mode, reads),
                 None => self.insert_wild(call, &a.resource, mode, reads),
@@ -408,7 +412,11 @@ impl ConflictIndex {
         if let Some(v) = self.overlap_memo.get(&key) {
             return *v;
         }
-        let v = self.patterns[a as usize].overlaps(&self.patterns[b as usize]);
+        // Ids index the interned patterns; were one missing, the safe reading is an overlap.
+        let v = match (self.patterns.get(a as usize), self.patterns.get(b as usize)) {
+            (Some(pa), Some(pb)) => pa.overlaps(pb),
+            _ => true,
+        };
         self.overlap_memo.insert(key, v);
         v
     }
@@ -417,7 +425,11 @@ impl ConflictIndex {
         if let Some(v) = self.contains_memo.get(&(a, b)) {
             return *v;
         }
-        let v = self.patterns[a as usize].contains(&self.patterns[b as usize]);
+        // Containment prunes entries: were an id missing, the safe reading is "no" (keep it).
+        let v = match (self.patterns.get(a as usize), self.patterns.get(b as usize)) {
+            (Some(pa), Some(pb)) => pa.contains(pb),
+            _ => false,
+        };
         self.contains_memo.insert((a, b), v);
         v
     }
@@ -485,9 +497,11 @@ impl ConflictIndex {
                         continue;
                     };
                     let from = bucket.reads.partition_point(|e| e.seq < reads_synced);
-                    let newer: Vec<WildEntry> = bucket.reads[from..].to_vec();
+                    let newer: Vec<WildEntry> =
+                        bucket.reads.get(from..).unwrap_or_default().to_vec();
                     for e in newer {
-                        if self.patterns[e.pattern as usize].matches(key) {
+                        let pattern = self.patterns.get(e.pattern as usize);
+                        if pattern.is_none_or(|p| p.matches(key)) {
                             self.edge(e.call, call, resource, EdgeKind::WriteAfterRead);
                         }
                     }
@@ -508,7 +522,7 @@ impl ConflictIndex {
         self.wild_against_wild(call, resource, id, mode, reads, &buckets);
         if mode == AccessMode::Write {
             // The entries a write contains can only sit in buckets whose prefix starts with ours.
-            self.prune_contained(id, &buckets[shorter..]);
+            self.prune_contained(id, buckets.get(shorter..).unwrap_or_default());
         }
         self.scratch_prefixes = buckets;
         self.record_wild(call, id, prefix, mode);
@@ -662,11 +676,11 @@ impl ConflictIndex {
     /// pattern when one contains the other, else the new one.
     fn label(&mut self, new: &Pattern, earlier: u32) -> Pattern {
         let new_id = self.intern(new);
-        if self.contains(new_id, earlier) {
-            self.patterns[earlier as usize].clone()
-        } else {
-            new.clone()
-        }
+        let narrower = match self.contains(new_id, earlier) {
+            true => self.patterns.get(earlier as usize),
+            false => None,
+        };
+        narrower.unwrap_or(new).clone()
     }
 
     fn drop_prefix_len(&mut self, len: usize) {

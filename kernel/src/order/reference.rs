@@ -9,7 +9,7 @@ use crate::access::{Access, Pattern};
 pub fn naive_edges(calls: &[Vec<Access>]) -> Vec<Edge> {
     let mut edges = Vec::new();
     for (j, later) in calls.iter().enumerate() {
-        for (i, earlier) in calls[..j].iter().enumerate() {
+        for (i, earlier) in calls.iter().take(j).enumerate() {
             if let Some((resource, kind)) = first_conflict(earlier, later) {
                 edges.push(Edge {
                     from: i,

@@ -403,12 +403,16 @@ impl HttpTool {
     /// The verdict on a response: a status outside the success range is `http-status`; the body
     /// is JSON (empty is `null`) unless `parseJson: false` makes it a string. No I/O.
     fn judge_response(&self, status: u16, bytes: &[u8]) -> Result<Value, ToolError> {
+        /// The first 512 bytes of a body, for a message.
+        fn head_of(bytes: &[u8]) -> &[u8] {
+            bytes.get(..512).unwrap_or(bytes)
+        }
         let (min, max) = self
             .spec
             .success_status
             .map_or((200, 299), |s| (s.min.get(), s.max.get()));
         if status < min || status > max {
-            let head = String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into_owned();
+            let head = String::from_utf8_lossy(head_of(bytes)).into_owned();
             return Err(ToolError::new(
                 ErrorCode::HttpStatus,
                 format!("the server answered {status} (success is {min}..={max}): {head}"),
@@ -425,7 +429,7 @@ impl HttpTool {
                 ErrorCode::InvalidResponse,
                 format!(
                     "the response body is not JSON ({e}): {}",
-                    String::from_utf8_lossy(&bytes[..bytes.len().min(512)])
+                    String::from_utf8_lossy(head_of(bytes))
                 ),
             )
         })

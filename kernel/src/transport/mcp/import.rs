@@ -143,8 +143,8 @@ pub fn manifest_of(
         "mutating": !read_only,
         "metadata": metadata,
     });
-    if !effects.is_empty() {
-        m["effects"] = Value::Array(effects);
+    if let (false, Some(o)) = (effects.is_empty(), m.as_object_mut()) {
+        o.insert("effects".into(), Value::Array(effects));
     }
     m
 }

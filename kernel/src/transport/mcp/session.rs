@@ -362,8 +362,11 @@ impl Endpoint {
             Some(Err(e)) => return Err(e.to_string()),
             None => return Err("not a stdio endpoint".into()),
         };
-        let mut cmd = tokio::process::Command::new(&argv[0]);
-        cmd.args(&argv[1..]).kill_on_drop(true);
+        let Some((program, args)) = argv.split_first() else {
+            return Err("the stdio endpoint names no program to run".into());
+        };
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(args).kill_on_drop(true);
         #[cfg(unix)]
         cmd.process_group(0);
         if self.config.strict {
@@ -373,7 +376,7 @@ impl Endpoint {
         let (process, stderr) = TokioChildProcess::builder(cmd)
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("cannot run `{}`: {e}", argv[0]))?;
+            .map_err(|e| format!("cannot run `{program}`: {e}"))?;
         let pid = process.id();
         let tail = StderrTail::default();
         if let Some(stderr) = stderr {

@@ -178,24 +178,14 @@ pub async fn serve_http(
             }
         });
     };
-    tokio::pin!(shutdown);
-    let mut backoff = AcceptBackoff::default();
-    loop {
-        tokio::select! {
-            _ = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok((sock, peer)) => {
-                    backoff.reset();
-                    accept(&mut connections, sock, peer);
-                }
-                Err(e) => backoff.wait(&e).await,
-            },
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-        }
-    }
-    // Drain: keep answering (503) while the calls in flight finish.
-    let drained = gateway.drain();
+    // Serve until the shutdown signal, then drain: keep accepting (and answering 503) while the
+    // calls in flight finish.
+    let drained = async {
+        shutdown.await;
+        gateway.drain().await;
+    };
     tokio::pin!(drained);
+    let mut backoff = AcceptBackoff::default();
     loop {
         tokio::select! {
             _ = &mut drained => break,

@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use sluice_kernel::adapters::mcp::ResultParts;
 use sluice_kernel::adapters::ExportOptions;
 use sluice_kernel::authorize::ApprovalOutcome;
 use sluice_kernel::provenance::BatchOrigin;
@@ -166,14 +167,19 @@ pub(crate) fn mcp_tools(gateway: &Gateway, tenant: &str) -> Vec<Tool> {
 }
 
 /// A finished call as an MCP result: the kernel's one rendering
-/// ([`sluice_kernel::adapters::mcp::result`]).
+/// ([`sluice_kernel::adapters::mcp::result`]), built from its parts as rmcp's type.
 pub(crate) fn to_mcp(r: &CallResult) -> CallToolResult {
-    serde_json::from_value(sluice_kernel::adapters::mcp::result(r)).unwrap_or_else(|e| {
-        CallToolResult::error(vec![ContentBlock::text(format!(
-            "internal: the result of `{}` could not be rendered: {e}",
-            r.id
-        ))])
-    })
+    let parts = ResultParts::of(r);
+    let content = vec![ContentBlock::text(parts.text)];
+    let mut res = match parts.is_error {
+        true => CallToolResult::error(content),
+        false => CallToolResult::success(content),
+    };
+    res.structured_content = parts.structured.cloned();
+    if !parts.meta.is_empty() {
+        res.meta = Some(rmcp::model::MetaObject(parts.meta));
+    }
+    res
 }
 
 impl ServerHandler for McpSession {
@@ -495,6 +501,21 @@ mod tests {
             authorization: None,
             approver: None,
             recorded,
+        }
+    }
+
+    /// The gateway's result is the kernel's rendering, member for member (rmcp adds its own
+    /// `resultType`, the protocol's, which is not the rendering's): one rendering.
+    #[test]
+    fn the_gateway_renders_a_result_as_the_kernel_does() {
+        for status in [Status::Ok, Status::Error, Status::Denied, Status::Cancelled] {
+            for recorded in [Some(false), Some(true), None] {
+                let mut r = result(status, recorded);
+                r.version = Some("1.2.0".into());
+                let mut ours = serde_json::to_value(to_mcp(&r)).unwrap();
+                ours.as_object_mut().unwrap().remove("resultType");
+                assert_eq!(ours, sluice_kernel::adapters::mcp::result(&r), "{status}");
+            }
         }
     }
 

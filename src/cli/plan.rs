@@ -63,19 +63,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 fn id(plan: &Plan, i: usize) -> &str {
-    plan.calls.get(i).map_or("", |c| c.call.id.as_str())
+    plan.call_id(i)
 }
 
 fn to_text(plan: &Plan, auth: Option<&[Authorization]>) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     let waves = plan.graph.waves();
-    let critical: Vec<&str> = plan
-        .graph
-        .critical_path()
-        .iter()
-        .map(|i| id(plan, *i))
-        .collect();
+    let critical = plan.critical_path_ids();
     let _ = writeln!(
         s,
         "tenant {}: {} call(s), {} edge(s), {} wave(s); critical path {}",

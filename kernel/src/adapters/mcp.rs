@@ -119,25 +119,60 @@ pub const RECORDED_META: &str = "sluice/recorded";
 /// block as [`failure_text`] spells it. `_meta` carries the version that ran and, when the
 /// provenance log could not keep the call's records, `"sluice/recorded": false`.
 pub fn result(r: &CallResult) -> Value {
-    let ok = r.status == Status::Ok;
-    let text = match (ok, &r.output) {
-        (true, Some(out)) => out.to_string(),
-        (true, None) => "null".to_owned(),
-        (false, _) => failure_text(r),
-    };
-    let mut v = json!({"content": [{"type": "text", "text": text}], "isError": !ok});
-    if let (true, Some(out @ Value::Object(_))) = (ok, &r.output) {
+    let parts = ResultParts::of(r);
+    let mut v = json!({"content": [{"type": "text", "text": parts.text}],
+                       "isError": parts.is_error});
+    if let Some(out) = parts.structured {
         set(&mut v, "structuredContent", out.clone());
     }
-    let mut meta = serde_json::Map::new();
-    if let Some(version) = &r.version {
-        meta.insert(VERSION_META.into(), Value::String(version.clone()));
-    }
-    if r.recorded == Some(false) {
-        meta.insert(RECORDED_META.into(), Value::Bool(false));
-    }
-    if !meta.is_empty() {
-        set(&mut v, "_meta", Value::Object(meta));
+    if !parts.meta.is_empty() {
+        set(&mut v, "_meta", Value::Object(parts.meta));
     }
     v
+}
+
+/// The parts of one `tools/call` result as [`result`] decides them, for a server that builds
+/// its own result type from them (the gateway's rmcp `CallToolResult`) without a JSON round
+/// trip: one text block, whether it is an error, the structured content, the `_meta`.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ResultParts<'a> {
+    /// The one text block: the output as JSON, or [`failure_text`].
+    pub text: String,
+    /// `isError`: every status but `ok`.
+    pub is_error: bool,
+    /// `structuredContent`: the output of an `ok` call when it is an object.
+    pub structured: Option<&'a Value>,
+    /// `_meta`: the version that ran, and `"sluice/recorded": false` when the records were not
+    /// kept (empty when neither).
+    pub meta: serde_json::Map<String, Value>,
+}
+
+impl<'a> ResultParts<'a> {
+    /// The parts of `r`'s result.
+    pub fn of(r: &'a CallResult) -> Self {
+        let ok = r.status == Status::Ok;
+        let text = match (ok, &r.output) {
+            (true, Some(out)) => out.to_string(),
+            (true, None) => "null".to_owned(),
+            (false, _) => failure_text(r),
+        };
+        let structured = match (ok, &r.output) {
+            (true, Some(out @ Value::Object(_))) => Some(out),
+            _ => None,
+        };
+        let mut meta = serde_json::Map::new();
+        if let Some(version) = &r.version {
+            meta.insert(VERSION_META.into(), Value::String(version.clone()));
+        }
+        if r.recorded == Some(false) {
+            meta.insert(RECORDED_META.into(), Value::Bool(false));
+        }
+        ResultParts {
+            text,
+            is_error: !ok,
+            structured,
+            meta,
+        }
+    }
 }

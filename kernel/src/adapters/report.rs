@@ -13,10 +13,8 @@ use crate::order::Plan;
 use crate::run::{BatchResult, CallResult};
 use crate::transport::ToolRegistry;
 
-/// The id of the plan's call at position `i` (the graph's node `i`; empty past the end, which
-/// the graph never names).
 fn id(plan: &Plan, i: usize) -> &str {
-    plan.calls.get(i).map_or("", |c| c.call.id.as_str())
+    plan.call_id(i)
 }
 
 /// The plan as cli.md's JSON.
@@ -59,12 +57,7 @@ pub fn plan_json(plan: &Plan, auth: Option<&[Authorization]>) -> Value {
         .iter()
         .map(|w| w.iter().map(|i| id(plan, *i)).collect())
         .collect();
-    let critical: Vec<&str> = plan
-        .graph
-        .critical_path()
-        .iter()
-        .map(|i| id(plan, *i))
-        .collect();
+    let critical = plan.critical_path_ids();
     json!({"tenant": plan.tenant, "calls": calls, "edges": edges, "waves": waves,
            "critical_path": critical})
 }

@@ -172,6 +172,18 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The id of the call at position `i` (the graph's node `i`); empty past the end, which the
+    /// graph never names.
+    pub fn call_id(&self, i: usize) -> &str {
+        self.calls.get(i).map_or("", |c| c.call.id.as_str())
+    }
+
+    /// The ids along the critical path ([`ConflictGraph::critical_path`]), first to last.
+    pub fn critical_path_ids(&self) -> Vec<&str> {
+        let path = self.graph.critical_path();
+        path.into_iter().map(|i| self.call_id(i)).collect()
+    }
+
     /// Plans a batch.
     ///
     /// ```

@@ -295,17 +295,6 @@ impl OpenLog {
             OpenLog::Pg(l) => l.url().to_owned(),
         }
     }
-
-    /// Joins a log file's writer thread ([`sluice::kernel::Kernel::shutdown`] closed the log
-    /// already; its last checkpoint is written); call once the runtime is gone, so that no task
-    /// holds the log any more.
-    pub(crate) fn close(self) {
-        if let OpenLog::File(l) = self {
-            if let Ok(l) = std::sync::Arc::try_unwrap(l) {
-                l.close();
-            }
-        }
-    }
 }
 
 impl LogArgs {

@@ -62,10 +62,6 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn id(plan: &Plan, i: usize) -> &str {
-    plan.call_id(i)
-}
-
 fn to_text(plan: &Plan, auth: Option<&[Authorization]>) -> String {
     use std::fmt::Write;
     let mut s = String::new();
@@ -101,7 +97,7 @@ fn to_text(plan: &Plan, auth: Option<&[Authorization]>) -> String {
             .edges()
             .iter()
             .filter(|e| e.to == i)
-            .map(|e| format!("{} ({} on {})", id(plan, e.from), e.kind, e.resource))
+            .map(|e| format!("{} ({} on {})", plan.call_id(e.from), e.kind, e.resource))
             .collect();
         if preds.is_empty() {
             let _ = writeln!(s, "    starts at once");
@@ -111,7 +107,7 @@ fn to_text(plan: &Plan, auth: Option<&[Authorization]>) -> String {
     }
     let _ = writeln!(s, "\nwaves (informative: nothing waits for a wave):");
     for (k, w) in waves.iter().enumerate() {
-        let ids: Vec<&str> = w.iter().map(|i| id(plan, *i)).collect();
+        let ids: Vec<&str> = w.iter().map(|&i| plan.call_id(i)).collect();
         let _ = writeln!(s, "  {k}: {}", ids.join(", "));
     }
     s
@@ -137,8 +133,8 @@ fn to_dot(plan: &Plan) -> String {
         let _ = writeln!(
             s,
             "  \"{}\" -> \"{}\" [label=\"{}\\n{}\"];",
-            dot_escape(id(plan, e.from)),
-            dot_escape(id(plan, e.to)),
+            dot_escape(plan.call_id(e.from)),
+            dot_escape(plan.call_id(e.to)),
             dot_escape(&e.resource.to_text()),
             e.kind
         );

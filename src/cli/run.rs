@@ -181,8 +181,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let closed = runtime.block_on(kernel.shutdown());
     drop(runtime);
     let log_failure = log.and_then(|log| {
+        // Dropping the log joins its writer, which `shutdown` has closed.
         let path = log.name();
-        log.close();
         closed.err().map(|e| match e {
             sluice::kernel::Error::ProvenanceUnkept { why } => (path, why),
             other => (path, other.to_string()),

@@ -257,9 +257,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     drop(_inside);
     drop(runtime);
-    if let Some(log) = log {
-        log.close();
-    }
+    // Dropping the log joins its writer, which `shutdown` has closed.
+    drop(log);
     served.map_err(|e| Failure {
         code: 2,
         message: format!("cannot serve: {e}"),

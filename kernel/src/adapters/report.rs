@@ -13,10 +13,6 @@ use crate::order::Plan;
 use crate::run::{BatchResult, CallResult};
 use crate::transport::ToolRegistry;
 
-fn id(plan: &Plan, i: usize) -> &str {
-    plan.call_id(i)
-}
-
 /// The plan as cli.md's JSON.
 pub fn plan_json(plan: &Plan, auth: Option<&[Authorization]>) -> Value {
     let calls: Vec<Value> = plan
@@ -47,7 +43,7 @@ pub fn plan_json(plan: &Plan, auth: Option<&[Authorization]>) -> Value {
         .edges()
         .iter()
         .map(|e| {
-            json!({"from": id(plan, e.from), "to": id(plan, e.to),
+            json!({"from": plan.call_id(e.from), "to": plan.call_id(e.to),
                    "resource": e.resource.to_text(), "kind": e.kind.as_str()})
         })
         .collect();
@@ -55,7 +51,7 @@ pub fn plan_json(plan: &Plan, auth: Option<&[Authorization]>) -> Value {
         .graph
         .waves()
         .iter()
-        .map(|w| w.iter().map(|i| id(plan, *i)).collect())
+        .map(|w| w.iter().map(|&i| plan.call_id(i)).collect())
         .collect();
     let critical = plan.critical_path_ids();
     json!({"tenant": plan.tenant, "calls": calls, "edges": edges, "waves": waves,

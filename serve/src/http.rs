@@ -897,3 +897,20 @@ pub fn error_body(code: &str, message: &str, pointer: Option<&str>) -> Value {
     }
     json!({"error": e})
 }
+
+#[cfg(all(test, not(feature = "metrics")))]
+mod without_metrics {
+    use super::*;
+
+    /// Without the `metrics` feature, `/metrics` is 404, naming the feature.
+    #[tokio::test]
+    async fn metrics_answer_404_naming_the_feature() {
+        let kernel = sluice_kernel::Kernel::builder().build().unwrap();
+        let gateway = Gateway::new(kernel, crate::GatewayOptions::default()).unwrap();
+        let response = metrics(&gateway, None);
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let text = String::from_utf8_lossy(&body);
+        assert!(text.contains("the `metrics` feature"), "{text}");
+    }
+}

@@ -87,3 +87,21 @@ impl CallSpan {
         match self.never {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without the `otel` feature, `--otlp` is refused, naming the feature.
+    #[test]
+    fn otlp_is_refused_naming_the_feature() {
+        // (No `Telemetry` value can exist in this build: the answer is an error.)
+        let e = Telemetry::otlp("http://127.0.0.1:4318")
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            e.as_deref().unwrap_or("").contains("the `otel` feature"),
+            "{e:?}"
+        );
+    }
+}

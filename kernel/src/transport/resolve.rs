@@ -121,10 +121,14 @@ fn with_handler(t: &Tool, handler: Arc<dyn Handler>) -> Result<Arc<Tool>> {
 /// Why a tool has no way to run: for [`Error::Unrunnable`] at build, and for the `no-handler`
 /// result of a call to a tool the embedder accepted anyway.
 pub(crate) fn unrunnable_reason(m: &Manifest) -> &'static str {
+    reason_in_build(m, cfg!(feature = "http"), cfg!(feature = "mcp"))
+}
+
+/// [`unrunnable_reason`] in a build with (or without) the `http` and `mcp` features.
+fn reason_in_build(m: &Manifest, http: bool, mcp: bool) -> &'static str {
     match (m.transport(), &m.mcp_endpoint) {
         (Transport::Native | Transport::Auto, _)
-            if matches!(m.spec, Some(crate::model::ToolSpec::Http(_)))
-                && !cfg!(feature = "http") =>
+            if matches!(m.spec, Some(crate::model::ToolSpec::Http(_))) && !http =>
         {
             "its `spec` is an HTTP request, which needs the `http` feature this build leaves out"
         }
@@ -135,9 +139,32 @@ pub(crate) fn unrunnable_reason(m: &Manifest) -> &'static str {
             "it is `transport: mcp` and names no `mcpEndpoint`: bind one at deployment with \
              `--mcp-endpoint ID=URI` (or `ToolRegistry::bind_mcp_endpoint`)"
         }
-        (_, Some(_)) if !cfg!(feature = "mcp") => {
+        (_, Some(_)) if !mcp => {
             "its MCP endpoint needs the `mcp` feature, which this build leaves out"
         }
         _ => "it has no native handler registered in code, no `spec` and no `mcpEndpoint`",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A tool whose transport this build leaves out is refused naming the feature to turn on.
+    #[test]
+    fn a_tool_whose_transport_is_left_out_names_the_feature() {
+        let http = Manifest::from_value(json!({"id": "svc.get", "description": "remote",
+            "version": "1.0.0", "input": {"type": "object"}, "output": {}, "mutating": false,
+            "effects": [{"kind": "reads", "resource": "svc:x"}],
+            "spec": {"kind": "http", "method": "GET", "urlTemplate": "http://127.0.0.1:9/x"}}))
+        .unwrap();
+        assert!(reason_in_build(&http, false, true).contains("the `http` feature"));
+        assert!(!reason_in_build(&http, true, true).contains("feature"));
+        let mcp = Manifest::from_value(json!({"id": "svc.mcp", "description": "remote",
+            "version": "1.0.0", "input": {"type": "object"}, "output": {}, "mutating": false,
+            "effects": [], "transport": "mcp", "mcpEndpoint": "mcp+stdio://server"}))
+        .unwrap();
+        assert!(reason_in_build(&mcp, true, false).contains("the `mcp` feature"));
     }
 }

@@ -541,7 +541,11 @@ async fn a_call_and_its_edges_are_one_commit_all_or_nothing() {
     .unwrap();
     let group = vec![edge("r"), edge("r"), call_record("b", "r", "read", "kv:k")];
     let refused = log.append_group(group).await.unwrap();
-    assert!(refused.unwrap_err().contains("No space left"));
+    let why = refused.unwrap_err();
+    assert!(
+        matches!(&why, sluice::kernel::Error::ProvenanceRefused { why } if why.contains("No space left")),
+        "{why}"
+    );
     log.close();
     assert_eq!(
         std::fs::metadata(&path).unwrap().len(),
@@ -551,7 +555,7 @@ async fn a_call_and_its_edges_are_one_commit_all_or_nothing() {
     // Without the limit, the same group is three lines with consecutive seqs, in one answer.
     let log = ProvenanceLog::open(&path, Durability::Durable).unwrap();
     let group = vec![edge("r"), edge("r"), call_record("b", "r", "read", "kv:k")];
-    assert_eq!(log.append_group(group).await.unwrap(), Ok(3));
+    assert_eq!(log.append_group(group).await.unwrap().unwrap(), 3);
     log.close();
     assert_eq!(verify_file(&path).unwrap().records, 3);
 }

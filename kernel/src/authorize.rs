@@ -36,6 +36,7 @@ use serde::{Serialize, Serializer};
 use serde_json::Value;
 
 use crate::access::Access;
+use crate::error::Error;
 use crate::model::Manifest;
 
 /// The three decisions, loosest first: the strictest of several wins (`deny > ask > allow`).
@@ -248,9 +249,10 @@ pub enum ApprovalOutcome {
     },
 }
 
-/// The future an approver returns; an `Err` is an approver failure, treated as a rejection.
+/// The future an approver returns; an `Err` ([`Error::ApproverFailed`]) is an approver failure,
+/// treated as a rejection.
 pub type ApprovalFuture =
-    Pin<Box<dyn Future<Output = Result<ApprovalOutcome, String>> + Send + 'static>>;
+    Pin<Box<dyn Future<Output = Result<ApprovalOutcome, Error>> + Send + 'static>>;
 
 /// Answers asks. The kernel waits for it with a timeout (a timeout is a rejection).
 pub trait Approver: Send + Sync + 'static {
@@ -290,7 +292,7 @@ impl Approver for RejectAll {
 impl<F, Fut> Approver for F
 where
     F: Fn(ApprovalRequest) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<ApprovalOutcome, String>> + Send + 'static,
+    Fut: Future<Output = Result<ApprovalOutcome, Error>> + Send + 'static,
 {
     fn approve(&self, request: ApprovalRequest) -> ApprovalFuture {
         Box::pin(self(request))

@@ -148,6 +148,45 @@ pub enum Error {
         /// What the sink said.
         why: String,
     },
+    /// A [`ProvenanceSink`](crate::provenance::ProvenanceSink) could not keep a group of
+    /// records, or could not flush or close. It displays as the sink's reason alone: whoever
+    /// reports it says what was being kept (a call's record, its intent, the log at shutdown).
+    #[error("{why}")]
+    ProvenanceRefused {
+        /// What the sink said.
+        why: String,
+    },
+    /// A [`ProvenanceSink`](crate::provenance::ProvenanceSink) cannot keep a tenant's records
+    /// now (its log is unreachable or damaged), so none of the tenant's calls may start. It
+    /// displays as the sink's reason alone.
+    #[error("{why}")]
+    ProvenanceUnavailable {
+        /// What the sink said.
+        why: String,
+    },
+    /// A [`SharedDomain`](crate::order::shared::SharedDomain) could not do what was asked of it: take
+    /// a release, say whether an admitted call's predecessors are done, or let a call start
+    /// (its lease lapsed). It displays as the domain's reason alone.
+    #[error("{why}")]
+    SharedDomainFailed {
+        /// What the domain said.
+        why: String,
+    },
+    /// An [`Approver`](crate::authorize::Approver) failed to answer an ask (the ask is
+    /// rejected). It displays as the approver's reason alone.
+    #[error("{why}")]
+    ApproverFailed {
+        /// What the approver said.
+        why: String,
+    },
+    /// A [`SpecSynthesizer`](crate::transport::SpecSynthesizer) cannot make a handler from a
+    /// manifest's `spec` (the manifest is then refused, its pointer `/spec`). It displays as
+    /// the synthesizer's reason alone.
+    #[error("{why}")]
+    SpecUnusable {
+        /// What the synthesizer said.
+        why: String,
+    },
     /// Two calls of one batch share an id.
     #[error("the call id `{id}` is used twice in the batch (at /calls/{first}/id and /calls/{second}/id)")]
     DuplicateCallId {

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::error::Error;
 use crate::model::Status;
 
 /// One access as recorded.
@@ -224,8 +225,8 @@ impl Record {
 }
 
 /// The future a sink returns: resolved when the records are as safe as the sink promises, or
-/// with the reason the sink could not keep them.
-pub type RecordFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'static>>;
+/// with [`Error::ProvenanceRefused`] saying why the sink could not keep them.
+pub type RecordFuture = Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'static>>;
 
 /// Keeps provenance records.
 ///
@@ -263,8 +264,9 @@ pub trait ProvenanceSink: Send + Sync + 'static {
 
     /// Whether the sink can keep `tenant`'s records now, for a sink that must keep every call's
     /// (durable): while it says no, the kernel starts none of the tenant's calls (they end
-    /// `provenance-unavailable`: no tool runs unrecorded). Default: always yes.
-    fn available(&self, _tenant: &str) -> Result<(), String> {
+    /// `provenance-unavailable`: no tool runs unrecorded), with
+    /// [`Error::ProvenanceUnavailable`] saying why. Default: always yes.
+    fn available(&self, _tenant: &str) -> Result<(), Error> {
         Ok(())
     }
 

@@ -167,7 +167,10 @@ async fn a_denied_or_rejected_call_does_not_run_and_its_dependents_do() {
 }
 
 type BoxedApprover = Box<
-    dyn Fn(ApprovalRequest) -> futures::future::BoxFuture<'static, Result<ApprovalOutcome, String>>
+    dyn Fn(
+            ApprovalRequest,
+        )
+            -> futures::future::BoxFuture<'static, Result<ApprovalOutcome, sluice_kernel::Error>>
         + Send
         + Sync,
 >;
@@ -196,7 +199,13 @@ async fn approvals_run_the_call_and_failures_of_the_approver_reject_it() {
             "alice",
         ),
         (
-            Box::new(|_r| Box::pin(async { Err("the pager is down".to_string()) })),
+            Box::new(|_r| {
+                Box::pin(async {
+                    Err(sluice_kernel::Error::ApproverFailed {
+                        why: "the pager is down".to_string(),
+                    })
+                })
+            }),
             Status::Rejected,
             "approver-error",
         ),
@@ -970,7 +979,9 @@ impl sluice_kernel::provenance::ProvenanceSink for Journal {
         let fails = self.flush_fails;
         Box::pin(async move {
             match fails {
-                true => Err("the disk is full".into()),
+                true => Err(sluice_kernel::Error::ProvenanceRefused {
+                    why: "the disk is full".into(),
+                }),
                 false => Ok(()),
             }
         })

@@ -19,9 +19,9 @@ use serde_json::{json, Value};
 use sluice_kernel::order::shared::{AdmitRequest, Admitted, Refusal, SharedDomain, SharedFuture};
 use sluice_kernel::run::{BatchHandle, Kernel};
 use sluice_kernel::transport::{handler, ToolContext};
-use sluice_kernel::{Call, Status};
+use sluice_kernel::{Call, Error, Status};
 
-type Ready = tokio::sync::oneshot::Sender<Result<Option<String>, String>>;
+type Ready = tokio::sync::oneshot::Sender<Result<Option<String>, Error>>;
 
 /// What the scripted domain was asked, and the predecessors it holds back.
 #[derive(Default)]
@@ -61,17 +61,18 @@ impl SharedDomain for Scripted {
         Box::pin(async move {
             Ok(Admitted {
                 ticket,
-                ready: Box::pin(async move { rx.await.unwrap_or(Err("dropped".into())) }),
+                ready: Box::pin(async move {
+                    rx.await.unwrap_or_else(|_| {
+                        Err(Error::SharedDomainFailed {
+                            why: "dropped".into(),
+                        })
+                    })
+                }),
             })
         })
     }
 
-    fn release(
-        &self,
-        _tenant: &str,
-        ticket: u64,
-        failed: bool,
-    ) -> SharedFuture<Result<(), String>> {
+    fn release(&self, _tenant: &str, ticket: u64, failed: bool) -> SharedFuture<Result<(), Error>> {
         let me = self.clone();
         Box::pin(async move {
             me.script().released.push((ticket, failed));

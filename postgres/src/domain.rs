@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sluice_kernel::order::shared::{AdmitRequest, Admitted, Refusal, SharedDomain, SharedFuture};
+use sluice_kernel::Error;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::admission::{self, Pending, Release};
@@ -114,13 +115,14 @@ impl PgDomain {
 
     /// `Ok` while the database answers and the domain is open; else why not (for a health
     /// check: `sluice serve`'s `/healthz` answers 503 with it).
-    pub fn health(&self) -> Result<(), String> {
+    pub fn health(&self) -> Result<(), Error> {
+        let failed = |why| Error::SharedDomainFailed { why };
         if self.inner.is_closed() {
-            return Err(closed());
+            return Err(failed(closed()));
         }
         match self.inner.current() {
             Some(s) if !s.is_dead() => Ok(()),
-            _ => Err(self.inner.unreachable()),
+            _ => Err(failed(self.inner.unreachable())),
         }
     }
 
@@ -161,12 +163,7 @@ impl SharedDomain for PgDomain {
         })
     }
 
-    fn release(
-        &self,
-        _tenant: &str,
-        ticket: u64,
-        failed: bool,
-    ) -> SharedFuture<Result<(), String>> {
+    fn release(&self, _tenant: &str, ticket: u64, failed: bool) -> SharedFuture<Result<(), Error>> {
         lock(&self.inner.admitted).remove(&ticket);
         let (done, rx) = oneshot::channel();
         let sent = self.release.send(Release {
@@ -176,16 +173,19 @@ impl SharedDomain for PgDomain {
         });
         let url = self.inner.target.shown.clone();
         Box::pin(async move {
-            if sent.is_err() {
-                return Err(format!("the release task of {url} stopped"));
-            }
-            rx.await
-                .unwrap_or_else(|_| Err(format!("the release task of {url} stopped")))
+            let stopped = || format!("the release task of {url} stopped");
+            let done = match sent {
+                Ok(()) => rx.await.unwrap_or_else(|_| Err(stopped())),
+                Err(_) => Err(stopped()),
+            };
+            done.map_err(|why| Error::SharedDomainFailed { why })
         })
     }
 
-    fn fence(&self, _tenant: &str, ticket: u64) -> Result<(), String> {
-        self.inner.fence(ticket)
+    fn fence(&self, _tenant: &str, ticket: u64) -> Result<(), Error> {
+        self.inner
+            .fence(ticket)
+            .map_err(|why| Error::SharedDomainFailed { why })
     }
 
     fn describe(&self) -> String {

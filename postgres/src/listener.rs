@@ -15,6 +15,7 @@ use tokio::sync::oneshot;
 
 use crate::state::{with_timeout, Inner, Session, Waiter};
 use sluice_kernel::order::shared::SharedFuture;
+use sluice_kernel::Error;
 
 impl Inner {
     /// A notification: `<ticket> <failed 0|1>`.
@@ -141,7 +142,7 @@ pub(crate) fn register(
     inner: &Arc<Inner>,
     incarnation: u64,
     calls: Vec<(u64, Vec<(u64, String)>)>,
-) -> Vec<SharedFuture<Result<Option<String>, String>>> {
+) -> Vec<SharedFuture<Result<Option<String>, Error>>> {
     let mut out = Vec::with_capacity(calls.len());
     let mut any = false;
     inner
@@ -171,6 +172,7 @@ pub(crate) fn register(
         out.push(Box::pin(async move {
             rx.await
                 .unwrap_or_else(|_| Err(format!("the shared domain {url} stopped")))
+                .map_err(|why| Error::SharedDomainFailed { why })
         }));
     }
     drop(waiters);

@@ -35,6 +35,7 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use sluice_kernel::provenance::{ProvenanceSink, Record, RecordFuture};
+use sluice_kernel::Error;
 use sluice_provenance::chain::{self, sha256_hex, GENESIS};
 use sluice_provenance::lineage::LastWriters;
 use sluice_provenance::{Checker, Durability, LogSource, ProvenanceError, Scanned};
@@ -59,8 +60,8 @@ pub(crate) const CATCH_UP: i64 = 1000;
 const INDEXED: &str = "";
 
 enum Message {
-    Append(Vec<Record>, oneshot::Sender<Result<u64, String>>),
-    Flush(oneshot::Sender<Result<(), String>>),
+    Append(Vec<Record>, oneshot::Sender<Result<u64, Error>>),
+    Flush(oneshot::Sender<Result<(), Error>>),
     Close(oneshot::Sender<()>),
 }
 
@@ -256,9 +257,9 @@ impl PgProvenance {
     }
 
     /// `Ok` while the database can be written; else why not (for a health check).
-    pub fn health(&self) -> Result<(), String> {
+    pub fn health(&self) -> Result<(), Error> {
         match &self.status().down {
-            Some(why) => Err(why.clone()),
+            Some(why) => Err(Error::ProvenanceUnavailable { why: why.clone() }),
             None => Ok(()),
         }
     }
@@ -269,18 +270,21 @@ impl PgProvenance {
 
     /// Appends a group of records in one commit (all or none); resolves with the tenant's `seq`
     /// of the group's last line once committed.
-    pub fn append_group(&self, group: Vec<Record>) -> oneshot::Receiver<Result<u64, String>> {
+    pub fn append_group(&self, group: Vec<Record>) -> oneshot::Receiver<Result<u64, Error>> {
         let (done, rx) = oneshot::channel();
         if let Err(mpsc::error::SendError(Message::Append(_, done))) =
             self.tx.send(Message::Append(group, done))
         {
-            let _ = done.send(Err(format!("the provenance log {} is closed", self.url)));
+            let _ = done.send(Err(refused(format!(
+                "the provenance log {} is closed",
+                self.url
+            ))));
         }
         rx
     }
 
     /// Waits until everything queued before it is committed; an error when anything could not be.
-    pub async fn flush(&self) -> Result<(), String> {
+    pub async fn flush(&self) -> Result<(), Error> {
         ProvenanceSink::flush(self).await
     }
 
@@ -296,7 +300,7 @@ impl ProvenanceSink for PgProvenance {
         let url = self.url.clone();
         Box::pin(async move {
             ack.await
-                .map_err(|_| format!("the provenance writer of {url} stopped"))?
+                .map_err(|_| refused(format!("the provenance writer of {url} stopped")))?
                 .map(|_| ())
         })
     }
@@ -306,9 +310,9 @@ impl ProvenanceSink for PgProvenance {
         let sent = self.tx.send(Message::Flush(done));
         let url = self.url.clone();
         Box::pin(async move {
-            sent.map_err(|_| format!("the provenance log {url} is closed"))?;
+            sent.map_err(|_| refused(format!("the provenance log {url} is closed")))?;
             rx.await
-                .map_err(|_| format!("the provenance writer of {url} stopped"))?
+                .map_err(|_| refused(format!("the provenance writer of {url} stopped")))?
         })
     }
 
@@ -328,19 +332,25 @@ impl ProvenanceSink for PgProvenance {
         self.durability == Durability::Durable
     }
 
-    fn available(&self, tenant: &str) -> Result<(), String> {
+    fn available(&self, tenant: &str) -> Result<(), Error> {
         if self.durability != Durability::Durable {
             return Ok(());
         }
         let status = self.status();
+        let unavailable = |why: &String| Error::ProvenanceUnavailable { why: why.clone() };
         if let Some(why) = status.damaged.get(tenant) {
-            return Err(why.clone());
+            return Err(unavailable(why));
         }
         match &status.down {
-            Some(why) => Err(why.clone()),
+            Some(why) => Err(unavailable(why)),
             None => Ok(()),
         }
     }
+}
+
+/// The log could not keep what it was handed (the kernel's error for a refusing sink).
+fn refused(why: String) -> Error {
+    Error::ProvenanceRefused { why }
 }
 
 /// The tenant a group belongs to (every record names it).
@@ -425,10 +435,10 @@ impl Writer {
                 if let Err(why) = &r {
                     all_ok = Err(why.clone());
                 }
-                let _ = a.send(r);
+                let _ = a.send(r.map_err(refused));
             }
             for f in flushes {
-                let _ = f.send(all_ok.clone());
+                let _ = f.send(all_ok.clone().map_err(refused));
             }
         }
         // Refuse what came after a close.
@@ -437,10 +447,10 @@ impl Writer {
         while let Ok(msg) = rx.try_recv() {
             match msg {
                 Message::Append(_, a) => {
-                    let _ = a.send(Err(closed.clone()));
+                    let _ = a.send(Err(refused(closed.clone())));
                 }
                 Message::Flush(f) => {
-                    let _ = f.send(Err(closed.clone()));
+                    let _ = f.send(Err(refused(closed.clone())));
                 }
                 Message::Close(c) => {
                     let _ = c.send(());

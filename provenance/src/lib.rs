@@ -28,7 +28,7 @@
 //! let log = ProvenanceLog::open(&path, Durability::Durable).unwrap();
 //! let batch = BatchRecord { batch: "b1".into(), tenant: "acme".into(), calls: vec![],
 //!                           started_at_ms: 0.0, ended_at_ms: 1.0, origin: None };
-//! assert_eq!(log.append(Record::Batch(batch)).await.unwrap(), Ok(1));
+//! assert_eq!(log.append(Record::Batch(batch)).await.unwrap().ok(), Some(1));
 //! log.close();
 //! assert_eq!(verify_file(&path).unwrap().records, 1);
 //!

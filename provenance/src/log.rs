@@ -30,6 +30,7 @@ use std::sync::{mpsc, Arc, OnceLock};
 use std::thread::JoinHandle;
 
 use sluice_kernel::provenance::{ProvenanceSink, Record, RecordFuture};
+use sluice_kernel::Error;
 use tokio::sync::oneshot;
 
 use crate::chain::{self, sha256_hex, DamageKind, ScanError};
@@ -135,13 +136,13 @@ pub struct Opened {
     pub created: bool,
 }
 
-type Ack = oneshot::Sender<Result<u64, String>>;
+type Ack = oneshot::Sender<Result<u64, Error>>;
 
 enum Message {
     Append(Vec<Record>, Option<Ack>),
-    Flush(oneshot::Sender<Result<(), String>>),
+    Flush(oneshot::Sender<Result<(), Error>>),
     /// Write what is queued, then close as a drop does; answers once the log is closed.
-    Close(oneshot::Sender<Result<(), String>>),
+    Close(oneshot::Sender<Result<(), Error>>),
 }
 
 /// An open provenance log. Dropping it (or [`ProvenanceLog::close`]) writes what is queued, syncs,
@@ -319,25 +320,25 @@ impl ProvenanceLog {
 
     /// Appends a record; the returned future resolves with its `seq` once it is as safe as the
     /// log's durability promises.
-    pub fn append(&self, record: Record) -> oneshot::Receiver<Result<u64, String>> {
+    pub fn append(&self, record: Record) -> oneshot::Receiver<Result<u64, Error>> {
         self.append_group(vec![record])
     }
 
     /// Appends a group of records in one commit (all or none); the future resolves with the `seq`
     /// of the group's last line (lineage edges the log adds included). The group's place in the
     /// log is fixed here.
-    pub fn append_group(&self, group: Vec<Record>) -> oneshot::Receiver<Result<u64, String>> {
+    pub fn append_group(&self, group: Vec<Record>) -> oneshot::Receiver<Result<u64, Error>> {
         let (done, rx) = oneshot::channel();
         match &self.tx {
             Some(tx) => {
                 if let Err(mpsc::SendError(Message::Append(_, Some(done)))) =
                     tx.send(Message::Append(group, Some(done)))
                 {
-                    let _ = done.send(Err("the provenance log is closed".into()));
+                    let _ = done.send(Err(refused("the provenance log is closed")));
                 }
             }
             None => {
-                let _ = done.send(Err("the provenance log is closed".into()));
+                let _ = done.send(Err(refused("the provenance log is closed")));
             }
         }
         rx
@@ -345,13 +346,13 @@ impl ProvenanceLog {
 
     /// Waits until everything queued is written and synced; an error when anything could not be
     /// (records or checkpoints).
-    pub async fn flush(&self) -> Result<(), String> {
+    pub async fn flush(&self) -> Result<(), Error> {
         ProvenanceSink::flush(self).await
     }
 
     /// Sends `message` (made with its answer's sender) to the writer; the future answers what
     /// the writer says.
-    fn ask(&self, message: fn(oneshot::Sender<Result<(), String>>) -> Message) -> RecordFuture {
+    fn ask(&self, message: fn(oneshot::Sender<Result<(), Error>>) -> Message) -> RecordFuture {
         let (done, rx) = oneshot::channel();
         let sent = self
             .tx
@@ -359,10 +360,10 @@ impl ProvenanceLog {
             .is_some_and(|tx| tx.send(message(done)).is_ok());
         Box::pin(async move {
             if !sent {
-                return Err("the provenance log is closed".to_string());
+                return Err(refused("the provenance log is closed"));
             }
             rx.await
-                .map_err(|_| "the provenance writer stopped".to_string())?
+                .map_err(|_| refused("the provenance writer stopped"))?
         })
     }
 
@@ -379,6 +380,11 @@ impl ProvenanceLog {
     }
 }
 
+/// The log could not keep what it was handed (the kernel's error for a refusing sink).
+fn refused(why: impl Into<String>) -> Error {
+    Error::ProvenanceRefused { why: why.into() }
+}
+
 impl Drop for ProvenanceLog {
     fn drop(&mut self) {
         self.shut();
@@ -390,7 +396,7 @@ impl ProvenanceSink for ProvenanceLog {
         let ack = self.append_group(group);
         Box::pin(async move {
             ack.await
-                .map_err(|_| "the provenance writer stopped".to_string())?
+                .map_err(|_| refused("the provenance writer stopped"))?
                 .map(|_| ())
         })
     }
@@ -412,12 +418,14 @@ impl ProvenanceSink for ProvenanceLog {
 
     /// Under `durable`, no once a write failed (the log takes nothing more until it is opened
     /// again): the kernel then starts no call, so none runs unrecorded.
-    fn available(&self, _tenant: &str) -> Result<(), String> {
+    fn available(&self, _tenant: &str) -> Result<(), Error> {
         match (self.durability, self.failed.get()) {
-            (Durability::Durable, Some(why)) => Err(format!(
-                "the log {} takes nothing more after a failed write: {why}",
-                self.path.display()
-            )),
+            (Durability::Durable, Some(why)) => Err(Error::ProvenanceUnavailable {
+                why: format!(
+                    "the log {} takes nothing more after a failed write: {why}",
+                    self.path.display()
+                ),
+            }),
             _ => Ok(()),
         }
     }
@@ -600,14 +608,14 @@ impl Writer {
             }
             buf.clear();
             for (a, seq) in acks {
-                let _ = a.send(result.clone().map(|_| seq));
+                let _ = a.send(result.clone().map(|_| seq).map_err(refused));
             }
             let flushed = result.and_then(|()| match &self.checkpoint_error {
                 Some(e) => Err(format!("signed checkpoints could not be written: {e}")),
                 None => Ok(()),
             });
             for f in flushes {
-                let _ = f.send(flushed.clone());
+                let _ = f.send(flushed.clone().map_err(refused));
             }
         }
         if self.broken.is_none() {
@@ -630,7 +638,7 @@ impl Writer {
                 (None, Some(e)) => Err(format!("signed checkpoints could not be written: {e}")),
                 (None, None) => Ok(()),
             };
-            let _ = done.send(closed);
+            let _ = done.send(closed.map_err(refused));
         }
     }
 }

@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use sluice_kernel::authorize::{ApprovalFuture, ApprovalOutcome, ApprovalRequest, Approver};
-use sluice_kernel::CallResult;
+use sluice_kernel::{CallResult, Error};
 
 /// The approver recorded when the client cannot be asked.
 const NO_ELICITATION: &str = "no-elicitation";
@@ -129,10 +129,11 @@ impl Approver for Elicit {
         let peer = self.peer.clone();
         let client = self.client.clone();
         Box::pin(async move {
-            let answer = peer
-                .create_elicitation(form(&request))
-                .await
-                .map_err(|e| format!("the elicitation failed: {e}"))?;
+            let answer = peer.create_elicitation(form(&request)).await.map_err(|e| {
+                Error::ApproverFailed {
+                    why: format!("the elicitation failed: {e}"),
+                }
+            })?;
             Ok(outcome(&client, answer))
         })
     }
@@ -162,8 +163,9 @@ impl Approver for Relay {
             if tx.send((request, answer)).await.is_err() {
                 return Ok(cannot_ask("the request that carried the call has ended"));
             }
-            rx.await
-                .map_err(|_| "the client never answered the approval form".to_owned())
+            rx.await.map_err(|_| Error::ApproverFailed {
+                why: "the client never answered the approval form".to_owned(),
+            })
         })
     }
 }

@@ -150,7 +150,7 @@ impl Gateway {
         self.options
             .health
             .iter()
-            .find_map(|(name, check)| check().err().map(|why| (name.clone(), why)))
+            .find_map(|(name, check)| check().err().map(|why| (name.clone(), why.to_string())))
     }
 
     /// Whether a drain has begun (new work is refused).

@@ -65,6 +65,6 @@ pub use gateway::{Caller, Gateway, Principal};
 pub use http::{error_body, serve_http};
 pub use mcp::{serve_stdio, McpSession};
 pub use metrics::Metrics;
-pub use options::{read_tokens, token_hash, GatewayOptions, HealthCheck, TokenFile};
+pub use options::{read_tokens, token_hash, GatewayOptions, HealthCheck, HealthProbe, TokenFile};
 pub use trace::Telemetry;
 pub use watch::Progress;

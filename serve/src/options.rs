@@ -48,8 +48,14 @@ pub struct GatewayOptions {
     pub health: Vec<HealthCheck>,
 }
 
-/// A dependency's health for `/healthz`: its name, and `Err(why)` while it cannot serve.
-pub type HealthCheck = (String, Arc<dyn Fn() -> Result<(), String> + Send + Sync>);
+/// A dependency's health for `/healthz`: its name, and `Err(why)` while it cannot serve (any
+/// error: the check of a kernel seam returns the kernel's, such as
+/// [`sluice_kernel::Error::SharedDomainFailed`]).
+pub type HealthCheck = (String, Arc<HealthProbe>);
+
+/// The probe of a [`HealthCheck`].
+pub type HealthProbe =
+    dyn Fn() -> Result<(), Box<dyn std::error::Error + Send + Sync>> + Send + Sync;
 
 impl std::fmt::Debug for GatewayOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -92,11 +98,7 @@ impl Default for GatewayOptions {
 
 impl GatewayOptions {
     /// Adds a dependency `/healthz` checks (see [`GatewayOptions::health`]).
-    pub fn with_health_check(
-        mut self,
-        name: &str,
-        check: Arc<dyn Fn() -> Result<(), String> + Send + Sync>,
-    ) -> Self {
+    pub fn with_health_check(mut self, name: &str, check: Arc<HealthProbe>) -> Self {
         self.health.push((name.to_owned(), check));
         self
     }

@@ -156,7 +156,7 @@ impl Approver for PromptApprover {
     fn approve(&self, request: ApprovalRequest) -> ApprovalFuture {
         let lock = self.one_at_a_time.clone();
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || {
+            let asked = tokio::task::spawn_blocking(move || -> Result<ApprovalOutcome, String> {
                 let _turn = lock.lock().map_err(|_| "the prompt lock is poisoned".to_string())?;
                 let tty = std::fs::OpenOptions::new()
                     .read(true)
@@ -193,7 +193,9 @@ impl Approver for PromptApprover {
                 })
             })
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())
+            .and_then(|asked| asked);
+            asked.map_err(|why| sluice::kernel::Error::ApproverFailed { why })
         })
     }
 }

@@ -214,14 +214,17 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let options = match &domain {
         Some(d) => {
             let d = d.clone();
-            options.with_health_check("the shared conflict domain", Arc::new(move || d.health()))
+            options.with_health_check(
+                "the shared conflict domain",
+                Arc::new(move || Ok(d.health()?)),
+            )
         }
         None => options,
     };
     let options = match &log {
         Some(crate::cli::common::OpenLog::Pg(l)) => {
             let l = l.clone();
-            options.with_health_check("the provenance log", Arc::new(move || l.health()))
+            options.with_health_check("the provenance log", Arc::new(move || Ok(l.health()?)))
         }
         _ => options,
     };

@@ -16,6 +16,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use crate::access::Access;
+use crate::error::Error;
 
 /// A future the shared domain answers with (boxed: the seam is a trait object).
 pub type SharedFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -43,7 +44,7 @@ pub struct Admitted {
     /// Resolves once every earlier unfinished conflicting call, in any process, has ended; with
     /// the id of one that failed (or whose process was lost), for `skip-dependents`. An `Err` is
     /// a domain that can no longer say (the call does not run: fail closed).
-    pub ready: SharedFuture<Result<Option<String>, String>>,
+    pub ready: SharedFuture<Result<Option<String>, Error>>,
 }
 
 impl std::fmt::Debug for Admitted {
@@ -87,7 +88,7 @@ pub trait SharedDomain: Send + Sync + 'static {
     /// Answers once that is recorded. The kernel calls it once the provenance sink has answered
     /// for the call's records, so a log the processes share holds a writer before any reader it
     /// released elsewhere.
-    fn release(&self, tenant: &str, ticket: u64, failed: bool) -> SharedFuture<Result<(), String>>;
+    fn release(&self, tenant: &str, ticket: u64, failed: bool) -> SharedFuture<Result<(), Error>>;
 
     /// Whether the call admitted as `ticket` may start **now**: the kernel asks immediately
     /// before its handler starts, after every wait (its predecessors, an approval, a permit
@@ -95,7 +96,7 @@ pub trait SharedDomain: Send + Sync + 'static {
     /// An `Err` (the process's lease lapsed while the call waited: other processes may already
     /// have run conflicting calls) ends the call `domain-unavailable` without running it.
     /// Must not block. Default: always `Ok`.
-    fn fence(&self, tenant: &str, ticket: u64) -> Result<(), String> {
+    fn fence(&self, tenant: &str, ticket: u64) -> Result<(), Error> {
         let _ = (tenant, ticket);
         Ok(())
     }

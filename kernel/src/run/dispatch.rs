@@ -30,7 +30,7 @@ use super::record::{self, finish};
 use super::result::CallResult;
 use super::shared::BatchInfo;
 use crate::authorize::{AuthRequest, Authorization, DecidedBy, Decision};
-use crate::error::{panic_message, ErrorCode};
+use crate::error::{panic_message, Error, ErrorCode};
 use crate::model::Status;
 use crate::order::domain::{
     Commons, CommonsPlace, DomainRef, IndexPanicked, Inserted, Owner, Readiness, TenantDomain,
@@ -330,7 +330,7 @@ async fn run_ordered(
                 };
                 match waited {
                     Some(Ok(failed)) => shared_failed = failed,
-                    Some(Err(why)) => refused = Some(Refusal::Unavailable(why)),
+                    Some(Err(why)) => refused = Some(Refusal::Unavailable(why.to_string())),
                     None => {
                         // The settling task releases it, after its predecessors there.
                         job.fencing = None;
@@ -421,7 +421,7 @@ async fn run_ordered(
 
 /// The release of an admitted call's place in the shared domain (not yet sent: a future is
 /// lazy), when it was admitted there.
-fn release_shared(job: &CallJob, failed: bool) -> Option<SharedFuture<Result<(), String>>> {
+fn release_shared(job: &CallJob, failed: bool) -> Option<SharedFuture<Result<(), Error>>> {
     match (job.fencing, &job.kernel().shared) {
         (Some(ticket), Some(d)) => Some(d.release(&job.batch.tenant, ticket, failed)),
         _ => None,
@@ -429,7 +429,7 @@ fn release_shared(job: &CallJob, failed: bool) -> Option<SharedFuture<Result<(),
 }
 
 /// Sends a [`release_shared`] release and waits for the domain to take it.
-async fn released_shared(release: Option<SharedFuture<Result<(), String>>>) {
+async fn released_shared(release: Option<SharedFuture<Result<(), Error>>>) {
     if let Some(r) = release {
         if let Err(why) = r.await {
             // Its successors elsewhere go when its process's lease runs out.
@@ -454,11 +454,7 @@ fn settle_shared(job: &CallJob, admission: Option<SharedFuture<Result<Admitted, 
 }
 
 /// [`settle_shared`] for a call already admitted, waiting on `ready`.
-fn settle_admitted(
-    job: &CallJob,
-    ticket: u64,
-    ready: SharedFuture<Result<Option<String>, String>>,
-) {
+fn settle_admitted(job: &CallJob, ticket: u64, ready: SharedFuture<Result<Option<String>, Error>>) {
     let Some(d) = job.kernel().shared.clone() else {
         return;
     };
@@ -472,7 +468,7 @@ async fn settle(
     d: &dyn SharedDomain,
     tenant: &str,
     ticket: u64,
-    ready: SharedFuture<Result<Option<String>, String>>,
+    ready: SharedFuture<Result<Option<String>, Error>>,
 ) {
     let _ = ready.await;
     let _ = d.release(tenant, ticket, true).await;

@@ -430,7 +430,9 @@ impl Kernel {
         let closed = sink.close().await;
         flushed
             .and(closed)
-            .map_err(|why| crate::error::Error::ProvenanceUnkept { why })
+            .map_err(|why| crate::error::Error::ProvenanceUnkept {
+                why: why.to_string(),
+            })
     }
 
     /// Whether `tenant` is not offered `tool` (an id) at all, as the authorizer says

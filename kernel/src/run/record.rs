@@ -13,11 +13,18 @@ use super::job::{CallJob, Outcome};
 use super::result::CallResult;
 use futures::FutureExt;
 
-use crate::error::panic_message;
+use crate::error::{panic_message, Error};
 use crate::model::CallError;
 use crate::provenance::{
     self, AccessRecord, CallRecord, EdgeRecord, IntentRecord, Record, RecordFuture,
 };
+
+/// The sink panicked while taking or answering for a group: the group counts as refused.
+fn sink_panicked(payload: &(dyn std::any::Any + Send)) -> Error {
+    Error::ProvenanceRefused {
+        why: format!("the provenance sink panicked: {}", panic_message(payload)),
+    }
+}
 
 /// A call's result, waiting for the sink to answer for its records.
 pub(crate) struct Recording {
@@ -33,10 +40,7 @@ impl Recording {
             // The sink is the embedder's code: a panic while it answers refuses the records.
             let kept = match std::panic::AssertUnwindSafe(pending).catch_unwind().await {
                 Ok(kept) => kept,
-                Err(payload) => Err(format!(
-                    "the provenance sink panicked: {}",
-                    panic_message(payload.as_ref())
-                )),
+                Err(payload) => Err(sink_panicked(payload.as_ref())),
             };
             if let Err(why) = &kept {
                 tracing::error!(error = %why, call = %result.id,
@@ -73,7 +77,7 @@ fn access_records(job: &CallJob) -> Vec<AccessRecord> {
 /// ([`ProvenanceSink::durable_first`](crate::provenance::ProvenanceSink::durable_first)), and
 /// this answers once it is kept (on disk, for a durable log) — or why it was not, and then the
 /// call must not start. A sink that keeps no intents answers at once.
-pub(crate) async fn intent(job: &mut CallJob, edges: &[EdgeRecord]) -> Result<(), String> {
+pub(crate) async fn intent(job: &mut CallJob, edges: &[EdgeRecord]) -> Result<(), Error> {
     if !job.kernel().sink.enabled() || !job.kernel().sink.durable_first() {
         return Ok(());
     }
@@ -114,12 +118,7 @@ pub(crate) async fn intent(job: &mut CallJob, edges: &[EdgeRecord]) -> Result<()
         Ok(pending) => std::panic::AssertUnwindSafe(pending).catch_unwind().await,
         Err(payload) => Err(payload),
     };
-    kept.unwrap_or_else(|payload| {
-        Err(format!(
-            "the provenance sink panicked: {}",
-            panic_message(payload.as_ref())
-        ))
-    })
+    kept.unwrap_or_else(|payload| Err(sink_panicked(payload.as_ref())))
 }
 
 /// Both steps at once, for a call with no successors to release.
@@ -176,10 +175,7 @@ pub(crate) fn begin(job: CallJob, outcome: Outcome, edges: Vec<EdgeRecord>) -> R
         // here must not keep them waiting, so it refuses the records instead.
         let handed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.record(group)));
         pending = Some(handed.unwrap_or_else(|payload| {
-            let why = format!(
-                "the provenance sink panicked: {}",
-                panic_message(payload.as_ref())
-            );
+            let why = sink_panicked(payload.as_ref());
             Box::pin(async move { Err(why) })
         }));
     }

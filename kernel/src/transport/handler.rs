@@ -79,9 +79,10 @@ pub fn handler<H: Handler>(h: H) -> std::sync::Arc<dyn Handler> {
 /// Makes a handler from a manifest's declarative `spec` (the `http` synthesizer for
 /// `spec: {kind: "http"}`; an embedder may register its own kinds).
 pub trait SpecSynthesizer: Send + Sync + 'static {
-    /// The handler for this manifest (whose `spec` is of this synthesizer's kind), or why not.
+    /// The handler for this manifest (whose `spec` is of this synthesizer's kind), or
+    /// [`Error::SpecUnusable`](crate::Error::SpecUnusable) saying why not.
     fn synthesize(
         &self,
         manifest: &std::sync::Arc<Manifest>,
-    ) -> Result<std::sync::Arc<dyn Handler>, String>;
+    ) -> Result<std::sync::Arc<dyn Handler>, crate::Error>;
 }

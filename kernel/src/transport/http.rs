@@ -72,11 +72,13 @@ impl HttpSynthesizer {
 }
 
 impl SpecSynthesizer for HttpSynthesizer {
-    fn synthesize(&self, manifest: &Arc<Manifest>) -> Result<Arc<dyn Handler>, String> {
+    fn synthesize(&self, manifest: &Arc<Manifest>) -> Result<Arc<dyn Handler>, crate::Error> {
+        let unusable = |why: String| crate::Error::SpecUnusable { why };
         let Some(ToolSpec::Http(spec)) = &manifest.spec else {
-            return Err("the manifest has no http spec".into());
+            return Err(unusable("the manifest has no http spec".into()));
         };
-        let tool = HttpTool::new(self.client.clone(), spec, manifest, self.options)?;
+        let tool =
+            HttpTool::new(self.client.clone(), spec, manifest, self.options).map_err(unusable)?;
         Ok(Arc::new(HttpHandler(Arc::new(tool))))
     }
 }

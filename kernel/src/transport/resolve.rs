@@ -95,7 +95,7 @@ fn native_and_spec(
                 Some(made) => {
                     let handler = made.map_err(|why| Error::InvalidManifest {
                         source_name: t.source().to_string(),
-                        errors: vec![Diagnostic::new("/spec", why)],
+                        errors: vec![Diagnostic::new("/spec", why.to_string())],
                     })?;
                     (with_handler(&t, handler)?, false)
                 }

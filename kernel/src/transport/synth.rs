@@ -53,15 +53,18 @@ impl Synthesizers {
 
     /// The handler for a manifest's spec: `None` when it has no spec, `Some(Err)` when no
     /// synthesizer takes its kind or the synthesizer refuses it.
-    pub fn synthesize(&self, manifest: &Arc<Manifest>) -> Option<Result<Arc<dyn Handler>, String>> {
+    pub fn synthesize(
+        &self,
+        manifest: &Arc<Manifest>,
+    ) -> Option<Result<Arc<dyn Handler>, crate::Error>> {
         let kind = match manifest.spec.as_ref()? {
             ToolSpec::Http(_) => "http",
         };
         Some(match self.by_kind.get(kind) {
             Some(s) => s.synthesize(manifest),
-            None => Err(format!(
-                "no synthesizer is registered for spec kind `{kind}`"
-            )),
+            None => Err(crate::Error::SpecUnusable {
+                why: format!("no synthesizer is registered for spec kind `{kind}`"),
+            }),
         })
     }
 }

@@ -1103,3 +1103,64 @@ async fn an_invalid_input_carries_its_pointer_and_the_mcp_text_names_it() {
     assert_eq!(rendered[1]["content"][0]["text"], r#"{"fine":true}"#);
     assert_eq!(rendered[1]["_meta"]["sluice.dev/version"], "1.0.0");
 }
+
+/// A tool resolved once (`Kernel::resolve`) and submitted as found (`submit_resolved`) runs as
+/// a call submitted by name does: the version the name chose, its accesses ordering it after
+/// a conflicting call, its id in the result. A tool another kernel resolved is looked up by
+/// the call's own `tool` instead.
+#[tokio::test(start_paused = true)]
+async fn a_resolved_tool_runs_as_found_and_a_foreign_one_is_looked_up_again() {
+    let versioned = |version: &'static str| {
+        tool_with(
+            json!({"id": "t.v", "version": version,
+                   "effects": [{"kind": "writes", "resource": "x:{key}"}], "mutating": true}),
+            handler(move |_ctx: ToolContext, input: Value| async move {
+                if let Some(ms) = input["ms"].as_u64() {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                }
+                Ok(json!({"version": version}))
+            }),
+        )
+    };
+    let k = Kernel::builder()
+        .tool(versioned("1.0.0"))
+        .tool(versioned("2.0.0"))
+        .build()
+        .unwrap();
+    assert!(k.resolve("t.nope").is_none());
+    let old = k.resolve("t.v@1.0.0").unwrap();
+    assert_eq!(old.tool().manifest().version.as_str(), "1.0.0");
+
+    let mut b = k.open("t").unwrap();
+    b.submit(call("first", "t.v", json!({"key": "k", "ms": 30})))
+        .unwrap();
+    // Its `tool` names no tool: the resolved one is what runs.
+    b.submit_resolved(&old, call("second", "ignored", json!({"key": "k"})))
+        .unwrap();
+    b.close();
+    let r = b.finish().await;
+    let (first, second) = (&r.results[0], &r.results[1]);
+    assert_eq!(second.status, Status::Ok, "{second:?}");
+    assert_eq!(second.tool, "t.v");
+    assert_eq!(second.version.as_deref(), Some("1.0.0"));
+    assert_eq!(second.output, Some(json!({"version": "1.0.0"})));
+    assert_eq!(first.output, Some(json!({"version": "2.0.0"})));
+    assert!(
+        second.started.unwrap() >= first.ended.unwrap(),
+        "the resolved call's write waits for the earlier one: {r:?}"
+    );
+
+    // Resolved by another kernel: this one looks the call's `tool` up itself.
+    let other = Kernel::builder().tool(writer("t.w")).build().unwrap();
+    let foreign = other.resolve("t.w").unwrap();
+    let mut b = k.open("t").unwrap();
+    b.submit_resolved(&foreign, call("named", "t.v", json!({"key": "j"})))
+        .unwrap();
+    b.submit_resolved(&foreign, call("unknown", "t.w", json!({"key": "j"})))
+        .unwrap();
+    b.close();
+    let r = b.finish().await;
+    assert_eq!(r.results[0].output, Some(json!({"version": "2.0.0"})));
+    let e = r.results[1].error.as_ref().unwrap();
+    assert_eq!(e.code, "unknown-tool", "{r:?}");
+}

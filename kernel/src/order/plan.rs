@@ -111,6 +111,25 @@ impl PreparedCall {
                 rejection: Some(Rejection::UnknownTool),
             };
         };
+        Self::of_tool(tool, normalizers, tenant, call)
+    }
+
+    /// [`PreparedCall::for_tenant`] for a call of `tool`, already found in the registry (its
+    /// `tool` names it).
+    pub(crate) fn of_tool(
+        tool: Arc<Tool>,
+        normalizers: &Normalizers,
+        tenant: &str,
+        call: Call,
+    ) -> Self {
+        if let Some(why) = call.defect.clone() {
+            return PreparedCall {
+                tool: Some(tool),
+                call,
+                accesses: Vec::new(),
+                rejection: Some(Rejection::Malformed(why)),
+            };
+        }
         // `id@version` names the tool by its id from here on (policy, approvals, caps and
         // provenance see the id; the version travels with the tool).
         let mut call = call;

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -24,6 +24,33 @@ use crate::error::{Error, Result};
 use crate::model::Call;
 use crate::order::PreparedCall;
 use crate::provenance::{BatchRecord, Record};
+use crate::transport::Tool;
+
+/// A tool a kernel found by name ([`Kernel::resolve`](super::Kernel::resolve)): a call of it
+/// submitted with [`BatchHandle::submit_resolved`] to a batch of that kernel is not looked up
+/// again. A front end that must answer an unknown name itself (the gateway's MCP `tools/call`
+/// answers -32602) finds the tool once, for both.
+#[derive(Debug, Clone)]
+pub struct ResolvedTool {
+    tool: Arc<Tool>,
+    /// The kernel whose registry holds it: on another kernel's batch the call is resolved
+    /// there, as any call is.
+    kernel: Weak<KernelInner>,
+}
+
+impl ResolvedTool {
+    pub(crate) fn new(tool: Arc<Tool>, kernel: &Arc<KernelInner>) -> Self {
+        ResolvedTool {
+            tool,
+            kernel: Arc::downgrade(kernel),
+        }
+    }
+
+    /// The tool.
+    pub fn tool(&self) -> &Arc<Tool> {
+        &self.tool
+    }
+}
 
 #[derive(Default)]
 struct BatchState {
@@ -207,6 +234,26 @@ impl BatchHandle {
 
     /// [`BatchHandle::submit`] with a priority for this call.
     pub fn submit_with_priority(&mut self, call: Call, priority: i32) -> Result<()> {
+        self.submit_call(call, None, priority)
+    }
+
+    /// [`BatchHandle::submit`] for a call of `tool`, found by [`Kernel::resolve`] of this
+    /// batch's kernel, without looking the tool up again: the call is `tool`'s, whatever its
+    /// `tool` says. A `tool` another kernel resolved is not this kernel's to trust: the call's
+    /// `tool` is then looked up here, as [`BatchHandle::submit`] does.
+    ///
+    /// [`Kernel::resolve`]: super::Kernel::resolve
+    pub fn submit_resolved(&mut self, tool: &ResolvedTool, call: Call) -> Result<()> {
+        let priority = self.priority;
+        self.submit_call(call, Some(tool), priority)
+    }
+
+    fn submit_call(
+        &mut self,
+        call: Call,
+        tool: Option<&ResolvedTool>,
+        priority: i32,
+    ) -> Result<()> {
         let index = {
             let Ok(mut st) = self.shared.state.lock() else {
                 return Err(Error::Poisoned {
@@ -233,12 +280,13 @@ impl BatchHandle {
         };
         let kernel = &self.shared.info.kernel;
         let seq = kernel.seq.fetch_add(1, Ordering::Relaxed);
-        let prepared = PreparedCall::for_tenant(
-            &kernel.tools,
-            &kernel.normalizers,
-            &self.shared.info.tenant,
-            call,
-        );
+        let tenant = &self.shared.info.tenant;
+        let prepared = match tool {
+            Some(t) if std::ptr::eq(t.kernel.as_ptr(), Arc::as_ptr(kernel)) => {
+                PreparedCall::of_tool(t.tool.clone(), &kernel.normalizers, tenant, call)
+            }
+            _ => PreparedCall::for_tenant(&kernel.tools, &kernel.normalizers, tenant, call),
+        };
         let dispatched = dispatch::submit(self.shared.info.clone(), seq, priority, prepared);
         if let Some(position) = dispatched.position {
             self.shared.note_position(position);

@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 
-use super::batch::BatchHandle;
+use super::batch::{BatchHandle, ResolvedTool};
 use super::options::{BatchOptions, KernelOptions, OnFailure};
 use super::result::BatchResult;
 use super::shared::KernelInner;
@@ -316,6 +316,14 @@ impl Kernel {
     /// The options it was built with.
     pub fn options(&self) -> &KernelOptions {
         &self.inner.options
+    }
+
+    /// The registered tool `name` names (`id` or `id@version`, as [`ToolRegistry::get`]
+    /// resolves it), for [`BatchHandle::submit_resolved`]: a front end that answers an
+    /// unknown name itself looks the tool up once, here, and the kernel does not again.
+    pub fn resolve(&self, name: &str) -> Option<ResolvedTool> {
+        let tool = self.inner.tools.get(name)?;
+        Some(ResolvedTool::new(tool.clone(), &self.inner))
     }
 
     /// Plans a batch without running it.

@@ -50,7 +50,7 @@ mod record;
 mod result;
 mod shared;
 
-pub use batch::BatchHandle;
+pub use batch::{BatchHandle, ResolvedTool};
 pub use kernel::{Kernel, KernelBuilder};
 pub use observe::{CallMark, CallObserver, WaitedCall, Waiting};
 pub use options::{BatchOptions, KernelOptions, OnFailure};

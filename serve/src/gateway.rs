@@ -5,12 +5,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use dashmap::DashMap;
 use serde_json::Value;
 use sluice_kernel::adapters::ToolNames;
 use sluice_kernel::model::{Call, CallError, Status};
 use sluice_kernel::provenance::BatchOrigin;
-use sluice_kernel::run::{BatchOptions, Kernel};
+use sluice_kernel::run::{BatchHandle, BatchOptions, Kernel};
 use sluice_kernel::{Batch, BatchResult, CallResult};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -20,6 +19,7 @@ use crate::error::ServeError;
 use crate::metrics::{self, Metrics};
 use crate::options::{token_hash, GatewayOptions};
 use crate::requests::InFlightIds;
+use crate::sessions::Sessions;
 use crate::trace;
 use crate::watch::{self, Progress};
 
@@ -32,16 +32,15 @@ pub struct Gateway {
     metrics: Arc<Metrics>,
     draining: AtomicBool,
     in_flight: AtomicUsize,
-    pub(crate) sessions: AtomicUsize,
+    /// The open MCP sessions, each with its tenant (found by `Mcp-Session-Id`: every request
+    /// naming a session is refused unless it comes from the session's tenant).
+    pub(crate) sessions: Arc<Sessions>,
     idle: Notify,
     /// Cancelled when a drain gives up waiting: every call still running is cancelled.
     abort: CancellationToken,
     /// Calls that answered `input_required` (`--approve elicit`, MCP 2026-07-28) and wait for
     /// their client's retry.
     pub(crate) asks: elicit::PendingAsks,
-    /// Each MCP session's tenant, by its `Mcp-Session-Id`: every request naming a session is
-    /// refused unless it comes from the session's tenant.
-    session_tenants: DashMap<String, String>,
     /// The JSON-RPC request ids in flight in each MCP session (streamable HTTP).
     pub(crate) request_ids: Arc<InFlightIds>,
     /// This gateway's instance: random, so that connection ids in provenance stay unique
@@ -60,11 +59,10 @@ impl Gateway {
             metrics: Arc::new(Metrics::new()),
             draining: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
-            sessions: AtomicUsize::new(0),
+            sessions: Arc::default(),
             idle: Notify::new(),
             abort: CancellationToken::new(),
             asks: elicit::PendingAsks::default(),
-            session_tenants: DashMap::new(),
             request_ids: Arc::default(),
             instance: instance_id(),
         })
@@ -121,27 +119,12 @@ impl Gateway {
     /// The tenant of an MCP session (`None`: the gateway opened no session of that id, or it
     /// has ended).
     pub fn session_tenant(&self, session: &str) -> Option<String> {
-        self.session_tenants.get(session).map(|t| t.clone())
-    }
-
-    /// A session was opened for `tenant`; sessions that rmcp has closed since (idle ones) are
-    /// forgotten now and then, `live` saying which still are.
-    pub(crate) fn session_opened(&self, session: &str, tenant: &str, live: impl Fn(&str) -> bool) {
-        self.session_tenants
-            .insert(session.to_owned(), tenant.to_owned());
-        if self.session_tenants.len() > 2 * self.sessions() + 64 {
-            self.session_tenants.retain(|id, _| live(id));
-        }
-    }
-
-    /// A session ended.
-    pub(crate) fn session_closed(&self, session: &str) {
-        self.session_tenants.remove(session);
+        self.sessions.tenant_of(session)
     }
 
     /// How many MCP sessions are open.
     pub fn sessions(&self) -> usize {
-        self.sessions.load(Ordering::SeqCst)
+        self.sessions.open()
     }
 
     /// The first dependency that cannot serve now, named, with why (see
@@ -204,17 +187,15 @@ impl Gateway {
         name: &str,
         arguments: Value,
     ) -> Option<CallResult> {
-        let tool = self.mcp_tool(name)?;
-        let batch = match Batch::new(
-            &caller.tenant,
-            vec![Call::new(call_id, tool.clone(), arguments)],
-        ) {
-            Ok(b) => b,
-            Err(e) => return Some(internal(call_id, &tool, e.to_string())),
-        };
-        match self.run_batch(batch, caller).await {
+        // The one lookup of the tool: the kernel takes it as found.
+        let key = self.names.id(name);
+        let tool = self.kernel.resolve(&key)?;
+        let call = Call::new(call_id, key, arguments);
+        let tenant = caller.tenant.clone();
+        let submit = |handle: &mut BatchHandle| handle.submit_resolved(&tool, call);
+        match self.run_submitted(&tenant, 1, submit, caller).await {
             Ok(mut result) => result.results.pop(),
-            Err(e) => Some(internal(call_id, &tool, e.to_string())),
+            Err(e) => Some(internal(call_id, tool.tool().id(), e.to_string())),
         }
     }
 
@@ -230,26 +211,37 @@ impl Gateway {
         batch: Batch,
         caller: Caller,
     ) -> sluice_kernel::Result<BatchResult> {
+        let Batch { tenant, calls } = batch;
+        let count = calls.len();
+        let submit =
+            |handle: &mut BatchHandle| calls.into_iter().try_for_each(|c| handle.submit(c));
+        self.run_submitted(&tenant, count, submit, caller).await
+    }
+
+    /// [`Gateway::run_batch`] of the `count` calls `submit` submits to the batch.
+    async fn run_submitted(
+        self: &Arc<Self>,
+        tenant: &str,
+        count: usize,
+        submit: impl FnOnce(&mut BatchHandle) -> sluice_kernel::Result<()>,
+        caller: Caller,
+    ) -> sluice_kernel::Result<BatchResult> {
         let began = SystemTime::now();
-        let tenant = batch.tenant.clone();
         let mut options = BatchOptions::default().with_origin(caller.origin);
         if let Some(a) = caller.approver {
             options = options.with_approver(a);
         }
         let watch = watch::Watch::new(caller.progress, self.options.telemetry.clone());
         options = options.with_observer(watch.clone());
-        let mut handle = self.kernel.open_with(&tenant, options)?;
+        let mut handle = self.kernel.open_with(tenant, options)?;
         if self.options.telemetry.is_some() {
-            let mut scope = trace::SpanScope::new(&tenant, caller.traceparent.as_deref());
+            let mut scope = trace::SpanScope::new(tenant, caller.traceparent.as_deref());
             scope.batch = handle.id().to_owned();
             watch.set_scope(scope);
         }
         let flight = OwnedFlight::enter(self.clone());
-        let mut gauge =
-            metrics::InFlightCalls::started(self.metrics.clone(), &tenant, batch.calls.len());
-        for call in batch.calls {
-            handle.submit(call)?;
-        }
+        let mut gauge = metrics::InFlightCalls::started(self.metrics.clone(), tenant, count);
+        submit(&mut handle)?;
         handle.close();
         let batch_cancel = handle.cancellation_token();
         let abort = self.abort.clone();
@@ -304,12 +296,6 @@ impl Gateway {
                 what: "the gateway's batch task",
             }),
         }
-    }
-
-    /// The tool (`id` or `id@version`) an MCP tool name names, if any.
-    pub fn mcp_tool(&self, name: &str) -> Option<String> {
-        let key = self.names.id(name);
-        self.kernel.tools().get(&key).map(|_| key)
     }
 
     /// The names table of the registered tools.

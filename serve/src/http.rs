@@ -23,7 +23,7 @@ use sluice_kernel::Batch;
 
 use crate::conn::{self, Activity, Admission, Guarded, Tracked};
 use crate::gateway::{Caller, Gateway, Principal};
-use crate::mcp::{McpSession, Open, Tenant};
+use crate::mcp::{with_reserved, McpSession};
 use crate::requests::{duplicate_id, RequestOrigin};
 
 type Body = BoxBody<Bytes, Infallible>;
@@ -78,13 +78,12 @@ pub async fn serve_http(
     let loopback = listener.local_addr().is_ok_and(|a| a.ip().is_loopback());
     let stop_sessions = config.cancellation_token.clone();
     let factory_gateway = gateway.clone();
-    let sessions = Arc::new(LocalSessionManager::default());
     let mcp: Mcp = StreamableHttpService::new(
         move || Ok(McpSession::new(factory_gateway.clone())),
-        sessions.clone(),
+        Arc::new(LocalSessionManager::default()),
         config,
     );
-    let front = Front { loopback, sessions };
+    let front = Front { loopback };
     let closing = CancellationToken::new();
     let limits = gateway.options().connections.clone();
     let admission = Admission::new(&limits);
@@ -243,8 +242,6 @@ impl AcceptBackoff {
 struct Front {
     /// The listener is on a loopback address: `Host` and `Origin` must name loopback too.
     loopback: bool,
-    /// rmcp's sessions, to forget the tenants of sessions it has closed.
-    sessions: Arc<LocalSessionManager>,
 }
 
 /// One HTTP request.
@@ -332,7 +329,7 @@ async fn handle(
         }
     };
     match (req.method().clone(), path.as_str()) {
-        (method, "/mcp") => mcp_request(&gateway, mcp, front, &tenant, method, req).await,
+        (method, "/mcp") => mcp_request(&gateway, mcp, &tenant, method, req).await,
         (Method::GET, "/metrics") => {
             // Without tokens the one tenant is the machine's own user, who sees everything.
             let only = gateway
@@ -411,7 +408,6 @@ async fn handle(
 async fn mcp_request(
     gateway: &Arc<Gateway>,
     mut mcp: Mcp,
-    front: &Front,
     tenant: &str,
     method: Method,
     req: Request<Incoming>,
@@ -437,7 +433,9 @@ async fn mcp_request(
         None if method == Method::POST => {
             // The place is counted now, in one step with the check; the session rmcp opens for
             // this request adopts it (and a request that opens none gives it back).
-            place = Open::reserve(gateway);
+            place = gateway
+                .sessions
+                .reserve(gateway.options().max_sessions, tenant);
             if place.is_none() {
                 return error(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -452,7 +450,7 @@ async fn mcp_request(
         }
         None => {}
     }
-    let (mut parts, body) = req.into_parts();
+    let (parts, body) = req.into_parts();
     let limits = &gateway.options().connections;
     let body =
         match read_body_within(body, gateway.options().max_body, limits.body_read_timeout).await {
@@ -471,34 +469,29 @@ async fn mcp_request(
             }
         }
     }
-    parts.extensions.insert(Tenant(tenant.to_owned()));
     let req = Request::from_parts(parts, Full::new(body));
-    let served = Open::with_reserved(place, tower_service::Service::call(&mut mcp, req)).await;
+    // The session this request may open adopts the place; a clone stays here to be named.
+    let opening = place.clone();
+    let served = with_reserved(place, tower_service::Service::call(&mut mcp, req)).await;
     let mut response = match served {
         Ok(r) => r,
         Err(never) => match never {},
     };
-    match &session {
-        None => {
+    match (&session, opening) {
+        (None, Some(place)) => {
             let opened = response
                 .headers()
                 .get("mcp-session-id")
                 .and_then(|v| v.to_str().ok());
-            if let Some(id) = opened {
-                let sessions = front.sessions.clone();
-                gateway.session_opened(id, tenant, |id| {
-                    // A session rmcp still holds (or one it is busy with) is kept.
-                    sessions
-                        .sessions
-                        .try_read()
-                        .map_or(true, |s| s.keys().any(|k| &**k == id))
-                });
+            // Named only when a session adopted the place (the request opened one).
+            if let (Some(id), false) = (opened, Arc::strong_count(&place) == 1) {
+                gateway.sessions.name(&place, id);
             }
         }
-        Some(id) if method == Method::DELETE && response.status().is_success() => {
-            gateway.session_closed(id);
+        (Some(id), _) if method == Method::DELETE && response.status().is_success() => {
+            gateway.sessions.forget(id);
         }
-        Some(_) => {}
+        _ => {}
     }
     // A session ended by the client (DELETE) is answered 202 by rmcp; the official Python SDK
     // counts only 200 and 204 as a terminated session and logs a failure.

@@ -52,6 +52,7 @@ mod metrics;
 mod metrics;
 mod options;
 mod requests;
+mod sessions;
 #[cfg(feature = "otel")]
 mod trace;
 #[cfg(not(feature = "otel"))]

@@ -2,7 +2,7 @@
 //! HTTP) or one for the process (stdio).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
@@ -26,125 +26,69 @@ use sluice_kernel::CallResult;
 use crate::elicit;
 use crate::gateway::{Caller, Gateway};
 use crate::requests::{InFlightIds, RequestOrigin};
+use crate::sessions::Place;
 use crate::watch::Progress;
 
-/// The tenant an HTTP request was authenticated as (put in the request's extensions by the
-/// HTTP layer before rmcp sees it).
-#[derive(Debug, Clone)]
-pub(crate) struct Tenant(pub(crate) String);
-
-/// One MCP session in front of the gateway. Its tenant is the one its first request was
-/// authenticated as; a later request of that session as another tenant is refused.
+/// One MCP session in front of the gateway, of one tenant: the one its first request (the
+/// `initialize` that opened it) was authenticated as. The HTTP layer refuses a later request of
+/// the session from another tenant before rmcp sees it.
 #[derive(Debug, Clone)]
 pub struct McpSession {
     gateway: Arc<Gateway>,
-    tenant: Arc<OnceLock<String>>,
-    /// The tenant of a session that has no HTTP layer (stdio).
-    fixed: Option<String>,
-    /// Counts the session open until its last clone is dropped.
-    _open: Arc<Open>,
-    /// The request ids in flight of a stdio session (an HTTP session's are checked by the HTTP
-    /// layer, before rmcp routes them).
-    ids: Arc<InFlightIds>,
+    /// The session's place: its tenant, and its count under `--max-sessions` until its last
+    /// clone is dropped.
+    place: Arc<Place>,
+    /// The request ids in flight of a stdio session (`None` over HTTP: the HTTP layer checks
+    /// them, before rmcp routes them).
+    ids: Option<Arc<InFlightIds>>,
 }
-
-/// One open session in the gateway's count (`--max-sessions`), given back when dropped.
-#[derive(Debug)]
-pub(crate) struct Open(Arc<Gateway>);
 
 tokio::task_local! {
     /// The place an HTTP request reserved for the session it may open, adopted by the session
     /// that rmcp's factory makes while serving that request.
-    static RESERVED: std::cell::RefCell<Option<Open>>;
+    static RESERVED: std::cell::RefCell<Option<Arc<Place>>>;
 }
 
-impl Open {
-    /// A place under `--max-sessions`, counted and checked in one step (so that simultaneous
-    /// initializes cannot all pass a check and then all open), or `None` when none is left.
-    pub(crate) fn reserve(gateway: &Arc<Gateway>) -> Option<Open> {
-        let max = gateway.options().max_sessions;
-        gateway
-            .sessions
-            .fetch_update(
-                std::sync::atomic::Ordering::SeqCst,
-                std::sync::atomic::Ordering::SeqCst,
-                |n| (n < max).then_some(n + 1),
-            )
-            .ok()
-            .map(|_| Open(gateway.clone()))
-    }
-
-    /// Runs `serve` (rmcp serving one request) with `place` reserved for the session it may
-    /// open; a place not taken is given back when it ends.
-    pub(crate) async fn with_reserved<F: std::future::Future>(
-        place: Option<Open>,
-        serve: F,
-    ) -> F::Output {
-        RESERVED.scope(std::cell::RefCell::new(place), serve).await
-    }
-
-    /// The place of a new session: the one its request reserved, else (stdio: one session for
-    /// the process) a new one, counted.
-    fn new(gateway: &Arc<Gateway>) -> Arc<Self> {
-        let reserved = RESERVED.try_with(|r| r.borrow_mut().take()).ok().flatten();
-        Arc::new(reserved.unwrap_or_else(|| {
-            gateway
-                .sessions
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            Open(gateway.clone())
-        }))
-    }
+/// Runs `serve` (rmcp serving one request) with `place` reserved for the session it may open;
+/// a place not taken is given back when it ends.
+pub(crate) async fn with_reserved<F: std::future::Future>(
+    place: Option<Arc<Place>>,
+    serve: F,
+) -> F::Output {
+    RESERVED.scope(std::cell::RefCell::new(place), serve).await
 }
 
-impl Drop for Open {
-    fn drop(&mut self) {
-        self.0
-            .sessions
-            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-    }
+/// The place of a new session: the one its request reserved, else one counted now for
+/// `tenant` (stdio: one session for the process).
+fn adopt(gateway: &Gateway, tenant: Option<&str>) -> Arc<Place> {
+    let reserved = RESERVED.try_with(|r| r.borrow_mut().take()).ok().flatten();
+    reserved.unwrap_or_else(|| gateway.sessions.place(tenant))
 }
 
 impl McpSession {
-    /// A session whose tenant comes from each request's authentication (streamable HTTP).
+    /// A session of streamable HTTP: its tenant is the one the request that opens it reserved
+    /// its place for.
     pub fn new(gateway: Arc<Gateway>) -> Self {
         McpSession {
-            _open: Open::new(&gateway),
+            place: adopt(&gateway, None),
             gateway,
-            tenant: Arc::new(OnceLock::new()),
-            fixed: None,
-            ids: Arc::default(),
+            ids: None,
         }
     }
 
     /// A session of one tenant (stdio).
     pub fn of_tenant(gateway: Arc<Gateway>, tenant: &str) -> Self {
         McpSession {
-            _open: Open::new(&gateway),
+            place: adopt(&gateway, Some(tenant)),
             gateway,
-            tenant: Arc::new(OnceLock::new()),
-            fixed: Some(tenant.to_owned()),
-            ids: Arc::default(),
+            ids: Some(Arc::default()),
         }
     }
 
-    fn tenant(&self, ctx: &RequestContext<RoleServer>) -> Result<String, ErrorData> {
-        if let Some(t) = &self.fixed {
-            return Ok(t.clone());
-        }
-        let asked = ctx
-            .extensions
-            .get::<http::request::Parts>()
-            .and_then(|p| p.extensions.get::<Tenant>())
-            .map(|t| t.0.clone())
-            .ok_or_else(|| ErrorData::internal_error("the request carries no tenant", None))?;
-        let bound = self.tenant.get_or_init(|| asked.clone());
-        if *bound != asked {
-            return Err(ErrorData::invalid_request(
-                "this session belongs to another tenant",
-                None,
-            ));
-        }
-        Ok(asked)
+    fn tenant(&self) -> Result<String, ErrorData> {
+        self.place.tenant().map(str::to_owned).ok_or_else(|| {
+            ErrorData::internal_error("the session was opened without a tenant", None)
+        })
     }
 }
 
@@ -196,9 +140,9 @@ impl ServerHandler for McpSession {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        ctx: RequestContext<RoleServer>,
+        _ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let tenant = self.tenant(&ctx)?;
+        let tenant = self.tenant()?;
         Ok(ListToolsResult::with_all_items(mcp_tools(
             &self.gateway,
             &tenant,
@@ -210,7 +154,7 @@ impl ServerHandler for McpSession {
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let tenant = self.tenant(&ctx)?;
+        let tenant = self.tenant()?;
         if self.gateway.is_draining() {
             return Err(ErrorData::internal_error(
                 "the gateway is shutting down: no new calls",
@@ -243,10 +187,10 @@ impl ServerHandler for McpSession {
             NumberOrString::Number(n) => n.to_string(),
             NumberOrString::String(s) => s.to_string(),
         };
-        let _claim = match &self.fixed {
-            Some(_) => {
+        let _claim = match &self.ids {
+            Some(ids) => {
                 let text = serde_json::to_string(&ctx.id).unwrap_or_default();
-                let claim = self.ids.claim("stdio", &text);
+                let claim = ids.claim("stdio", &text);
                 if claim.is_none() {
                     return Err(ErrorData::invalid_request(
                         format!("request id {text} is already in flight in this session"),
@@ -343,7 +287,7 @@ impl McpSession {
             Some((ask, answer)) = asks.recv() => {
                 let keep = self.gateway.kernel().options().approval_timeout
                     + Duration::from_secs(60);
-                let tenant = self.tenant(ctx)?;
+                let tenant = self.tenant()?;
                 let Some(state) = elicit::request_state() else {
                     // No unguessable state to resume by: the ask is rejected (fail closed).
                     let _ = answer.send(ApprovalOutcome::Rejected {

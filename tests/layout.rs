@@ -1,7 +1,7 @@
 //! The workspace's layout, checked (docs/architecture.md draws it):
 //! - the crates depend one way: the kernel on no crate of the workspace, policy and provenance on
-//!   the kernel only, postgres on those two, the gateway (serve) on the kernel only, the facade
-//!   and CLI on any;
+//!   the kernel only, postgres on those two, the gateway (serve) on the kernel only, the Python
+//!   package (bindings/python) on the kernel, policy and provenance, the facade and CLI on any;
 //! - each kernel stage folder imports only the stages below it (`model < access < {authorize,
 //!   provenance} < transport < order < run < {builtin, adapters}`, with `error` under all);
 //! - in no crate (the root package too: facade, CLI) does a module file import another that
@@ -45,7 +45,15 @@ fn crate_src(dir: &str) -> PathBuf {
 
 /// The crates whose modules the circle check reads: every crate of the workspace (`.` is the
 /// root package: the facade and the CLI).
-const CRATES: &[&str] = &["kernel", "policy", "provenance", "postgres", "serve", "."];
+const CRATES: &[&str] = &[
+    "kernel",
+    "policy",
+    "provenance",
+    "postgres",
+    "serve",
+    "bindings/python",
+    ".",
+];
 
 /// Every `.rs` file under `dir`, sorted.
 fn files(dir: &Path) -> Vec<PathBuf> {
@@ -457,6 +465,12 @@ fn the_crates_depend_one_way() {
         ("provenance", &["sluice-kernel"]),
         ("postgres", &["sluice-kernel", "sluice-provenance"]),
         ("serve", &["sluice-kernel"]),
+        // The Python package: the kernel, with policy and provenance as the CLI has them; no
+        // gateway, no database.
+        (
+            "bindings/python",
+            &["sluice-kernel", "sluice-policy", "sluice-provenance"],
+        ),
     ];
     for (dir, may) in allowed {
         let deps = workspace_deps(dir);

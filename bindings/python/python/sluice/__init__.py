@@ -1,0 +1,258 @@
+"""Sluice for Python: the Sluice kernel in process, for agent loops that run a turn's tool calls.
+
+Calls that conflict (a write and any other access to an overlapping resource) run one after
+the other in submission order; the others run at once. Each starts the moment its
+predecessors end. See docs/python.md.
+
+    import sluice
+
+    @sluice.tool(id="notes.append", effects=[{"kind": "writes", "resource": "fs:{file}"}])
+    async def append(file: str, text: str) -> dict: ...
+
+    kernel = sluice.Kernel([append])
+    results = await kernel.run([{"id": "1", "tool": "notes.append",
+                                 "input": {"file": "a.md", "text": "x"}}], tenant="acme")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import os
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import _native
+
+__all__ = ["Builtin", "Context", "Kernel", "Tool", "ToolError", "builtin", "tool"]
+
+
+class ToolError(Exception):
+    """Raised by a handler to fail its call with a code and a message for the model."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a handler may know of its call (given to a handler with a `ctx` parameter)."""
+
+    tenant: str
+    batch: str
+    call: str
+    tool: str
+    idempotency_key: str
+    fencing_token: int | None = None
+
+
+_JSON_TYPES: dict[Any, str] = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    list: "array",
+    dict: "object",
+}
+
+
+def _input_schema(fn: Callable[..., Any]) -> dict[str, Any]:
+    """A JSON Schema of `fn`'s keyword parameters from their annotations (`ctx` left out)."""
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for name, p in inspect.signature(fn, eval_str=True).parameters.items():
+        if name == "ctx" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        origin = getattr(p.annotation, "__origin__", p.annotation)
+        kind = _JSON_TYPES.get(origin)
+        properties[name] = {"type": kind} if kind else {}
+        if p.default is p.empty:
+            required.append(name)
+    return {"type": "object", "properties": properties, "required": required}
+
+
+class Tool:
+    """A tool: its manifest (Kindgi tool schema 1.1.0) and a Python handler, sync or async.
+
+    The handler is called with the call's input as keyword arguments, and with `ctx` (a
+    `Context`) when it has a parameter of that name. Its return value is the call's output
+    (anything `json.dumps` takes); an exception is the call's error (`ToolError` gives the
+    code, any other its type's name).
+    """
+
+    def __init__(self, manifest: Mapping[str, Any], handler: Callable[..., Any]) -> None:
+        self.manifest: dict[str, Any] = dict(manifest)
+        self.handler = handler
+        self._async = inspect.iscoroutinefunction(handler)
+        self._takes_ctx = "ctx" in inspect.signature(handler).parameters
+
+    @property
+    def id(self) -> str:
+        """The tool's id."""
+        return str(self.manifest.get("id", ""))
+
+    async def _invoke(self, context: str, payload: str) -> str:
+        ctx = Context(**json.loads(context))
+        args = json.loads(payload)
+        if not isinstance(args, dict):
+            raise ToolError("invalid-input", f"call `{ctx.call}`: the input is not an object")
+        if self._takes_ctx:
+            args["ctx"] = ctx
+        if self._async:
+            out = await self.handler(**args)
+        else:
+            # A sync handler runs in a worker thread: the event loop never blocks on it.
+            out = await asyncio.to_thread(self.handler, **args)
+        try:
+            return json.dumps(out)
+        except (TypeError, ValueError) as e:
+            raise ToolError(
+                "invalid-output",
+                f"call `{ctx.call}` ({ctx.tool}): the handler returned a value that is not "
+                f"JSON: {e}",
+            ) from None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Calls the handler directly (outside Sluice)."""
+        return self.handler(*args, **kwargs)
+
+
+def tool(
+    *,
+    id: str,
+    effects: Sequence[Mapping[str, Any]] = (),
+    description: str | None = None,
+    version: str = "1.0.0",
+    input: Mapping[str, Any] | None = None,
+    output: Mapping[str, Any] | None = None,
+    mutating: bool | None = None,
+    **manifest: Any,
+) -> Callable[[Callable[..., Any]], Tool]:
+    """Makes a function a tool. The input schema comes from its annotations unless given;
+    `mutating` defaults to whether an effect writes or deletes."""
+
+    def make(fn: Callable[..., Any]) -> Tool:
+        doc = (fn.__doc__ or "").strip()
+        changes = any(e.get("kind") in ("writes", "deletes") for e in effects)
+        m: dict[str, Any] = {
+            "id": id,
+            "version": version,
+            "description": description or doc or id,
+            "input": dict(input) if input is not None else _input_schema(fn),
+            "output": dict(output) if output is not None else {},
+            "effects": [dict(e) for e in effects],
+            "mutating": changes if mutating is None else mutating,
+        }
+        m.update(manifest)
+        return Tool(m, fn)
+
+    return make
+
+
+@dataclass(frozen=True)
+class Builtin:
+    """Sluice's built-in tools (fs, kv, echo, sleep), the fs tools confined to `root`."""
+
+    root: str
+
+
+def builtin(root: str | os.PathLike[str] = ".") -> list[Builtin]:
+    """The built-in tools, to list among a kernel's tools (`[*sluice.builtin(root=".")]`)."""
+    return [Builtin(os.fspath(root))]
+
+
+def _start(
+    invoke: Callable[[str, str], Awaitable[str]], context: str, payload: str, settle: Any
+) -> None:
+    """Runs on the run's event loop: starts a call's handler as a task that settles `settle`."""
+    task = asyncio.ensure_future(invoke(context, payload))
+    settle.started(task)
+    task.add_done_callback(lambda t: _settled(t, settle))
+
+
+def _settled(task: asyncio.Future[str], settle: Any) -> None:
+    if task.cancelled():
+        settle.fail("cancelled", "the call was cancelled")
+        return
+    error = task.exception()
+    if error is None:
+        settle.done(task.result())
+    elif isinstance(error, ToolError):
+        settle.fail(error.code, error.message)
+    else:
+        settle.fail(type(error).__name__, str(error))
+
+
+def _cancel(settle: Any) -> None:
+    """Runs on the run's event loop: cancels a call's handler task (the kernel stopped it)."""
+    task = settle.task()
+    if task is not None:
+        task.cancel()
+
+
+ToolLike = Tool | Builtin
+
+
+class Kernel:
+    """The Sluice kernel: tools, and runs of batches of their calls.
+
+    `policy` (a policy file) and `provenance` (a log file, durable) are those `sluice run`
+    takes. A manifest that is not valid raises `ValueError` naming the tool, the JSON pointer
+    and why.
+    """
+
+    def __init__(
+        self,
+        tools: Iterable[ToolLike] = (),
+        *,
+        policy: str | os.PathLike[str] | None = None,
+        provenance: str | os.PathLike[str] | None = None,
+    ) -> None:
+        mine: list[Tool] = []
+        root: str | None = None
+        for t in tools:
+            if isinstance(t, Builtin):
+                root = t.root
+            elif isinstance(t, Tool):
+                mine.append(t)
+            else:
+                raise TypeError(f"not a tool: {t!r} (make one with @sluice.tool)")
+        self._tools = {t.id: t for t in mine}
+        self._native = _native.Kernel(
+            [(json.dumps(t.manifest), t._invoke) for t in mine],
+            _start,
+            _cancel,
+            root,
+            os.fspath(policy) if policy is not None else None,
+            os.fspath(provenance) if provenance is not None else None,
+        )
+
+    async def run(
+        self, calls: Sequence[Mapping[str, Any]], *, tenant: str = "default"
+    ) -> list[dict[str, Any]]:
+        """Runs the calls as one batch of `tenant`; their results in submission order.
+
+        A call is `{"id", "tool", "input"}`; a result carries `id`, `tool`, `status`, and
+        `output` or `error` (`code`, `message`), with its timings. Cancelling the awaiting task
+        cancels the calls not yet ended.
+        """
+        loop = asyncio.get_running_loop()
+        batch = json.dumps({"tenant": tenant, "calls": list(calls)})
+        text = await self._native.run(batch, loop)
+        results: list[dict[str, Any]] = json.loads(text)["results"]
+        return results
+
+    def load(self, tenant: str = "default") -> tuple[int, int]:
+        """For `tenant`: (calls not finished, calls its conflict index still remembers); both
+        return to 0 when the tenant is idle."""
+        unfinished, remembered = self._native.load(tenant)
+        return (unfinished, remembered)
+
+    def manifests(self) -> list[dict[str, Any]]:
+        """The registered tools' manifests."""
+        out: list[dict[str, Any]] = json.loads(self._native.manifests())
+        return out

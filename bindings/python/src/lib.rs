@@ -4,13 +4,26 @@
 //! The extension owns what must be exact: manifests validated as the CLI validates them, the
 //! conflict order, policy, provenance, the model shapes. Python owns what is better there: the
 //! decorator, JSON, and running a handler on the caller's event loop. The two meet in one place,
-//! [`PyHandler`]: when the kernel starts a call of a Python tool, it asks the loop of the run that
+//! `PyHandler`: when the kernel starts a call of a Python tool, it asks the loop of the run that
 //! submitted the call (`loop.call_soon_threadsafe`) to start the handler as an asyncio task, and
-//! waits for the task to settle a [`Settle`] (the output as JSON text, or an error). A call the
+//! waits for the task to settle a `Settle` (the output as JSON text, or an error). A call the
 //! kernel stops (the batch cancelled, a deadline) cancels its task the same way.
 //!
 //! Nothing here holds the GIL while it waits: the kernel runs on a tokio runtime of its own
 //! (`pyo3-async-runtimes`), and a run is an asyncio awaitable (`future_into_py`).
+//!
+//! What a Python author writes (the extension is reached through the Python layer):
+//!
+//! ```text
+//! import sluice
+//!
+//! @sluice.tool(id="notes.append", effects=[{"kind": "writes", "resource": "note:{name}"}])
+//! async def append(name: str, text: str) -> dict: ...
+//!
+//! kernel = sluice.Kernel([append, *sluice.builtin(root=".")], provenance="turns.jsonl")
+//! results = await kernel.run([{"id": "1", "tool": "notes.append",
+//!                              "input": {"name": "a", "text": "x"}}], tenant="acme")
+//! ```
 //!
 //! Tested from Python: `bindings/python/tests` (pytest), run by `tests/python.rs`.
 

@@ -33,16 +33,22 @@ use std::sync::{Arc, Mutex};
 use dashmap::DashMap;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3_async_runtimes::generic::future_into_py;
 use serde_json::Value;
-use sluice_kernel::adapters::report;
+use sluice_kernel::adapters::{report, Api, ExportOptions, IngestOptions, ToolNames};
 use sluice_kernel::builtin::{self, BuiltinConfig};
 use sluice_kernel::model::{self, ManifestSource, ValidateOptions};
-use sluice_kernel::run::{BatchOptions, Kernel as RustKernel};
+use sluice_kernel::run::{BatchOptions, BatchResult, Kernel as RustKernel};
 use sluice_kernel::transport::{Handler, HandlerFuture, Tool, ToolContext, ToolError};
-use sluice_kernel::{Batch, Error};
+use sluice_kernel::{Batch, Call, Error};
 use sluice_policy::PolicyEngine;
 use sluice_provenance::{Durability, ProvenanceLog};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use runtime::ForkSafe;
+
+mod runtime;
 
 /// The event loop of each batch in flight, by batch id: a Python handler runs on the loop of
 /// the run that submitted its call.
@@ -200,11 +206,32 @@ impl Handler for PyHandler {
 struct PyKernel {
     kernel: RustKernel,
     loops: Loops,
+    names: ToolNames,
+    /// The process that made it: after `fork()` a child must make its own.
+    pid: u32,
 }
 
 /// Raises `error` as a `ValueError` (a bad manifest, batch or option names what and where).
 fn value_error(error: Error) -> PyErr {
     PyValueError::new_err(error.to_string())
+}
+
+/// The model API named `name` (`openai`, `openai-responses`, `anthropic`, `gemini`, `mcp`).
+fn api(name: &str) -> PyResult<Api> {
+    Api::ALL
+        .into_iter()
+        .find(|a| a.as_str() == name)
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "no model API `{name}`: openai, openai-responses, anthropic, gemini or mcp"
+            ))
+        })
+}
+
+/// Parses JSON text that Python made, naming `what` when it is not JSON.
+fn parse(text: &str, what: &str) -> PyResult<Value> {
+    serde_json::from_str(text)
+        .map_err(|e| PyValueError::new_err(format!("{what} is not JSON: {e}")))
 }
 
 #[pymethods]
@@ -216,8 +243,12 @@ impl PyKernel {
     /// `policy` is a policy file (TOML or JSON, docs/policy.md) and `provenance` a log file
     /// (durable: a call's record is on disk before its result is reported), as `sluice run`
     /// takes them.
+    ///
+    /// `timeout_ms` is every call's deadline unless its manifest's `limits.cpuMs` sets one: a
+    /// call past it is stopped (its task cancelled) and ends `timeout`.
     #[new]
-    #[pyo3(signature = (tools, start, cancel, root=None, policy=None, provenance=None))]
+    #[pyo3(signature = (tools, start, cancel, root=None, policy=None, provenance=None, timeout_ms=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         tools: Vec<(String, Py<PyAny>)>,
@@ -226,9 +257,16 @@ impl PyKernel {
         root: Option<PathBuf>,
         policy: Option<PathBuf>,
         provenance: Option<PathBuf>,
+        timeout_ms: Option<u64>,
     ) -> PyResult<Self> {
         let loops: Loops = Arc::default();
+        runtime::ensure().map_err(|e| {
+            PyRuntimeError::new_err(format!("sluice cannot start its tokio runtime: {e}"))
+        })?;
         let mut builder = RustKernel::builder();
+        if let Some(ms) = timeout_ms {
+            builder = builder.default_timeout(std::time::Duration::from_millis(ms));
+        }
         if let Some(path) = policy {
             let engine = PolicyEngine::from_path(&path).map_err(|e| {
                 PyValueError::new_err(format!("the policy `{}`: {e}", path.display()))
@@ -249,8 +287,7 @@ impl PyKernel {
                 builder.tools(builtin::registry(BuiltinConfig::new(root)).map_err(value_error)?);
         }
         for (text, invoke) in tools {
-            let value: Value = serde_json::from_str(&text)
-                .map_err(|e| PyValueError::new_err(format!("a manifest is not JSON: {e}")))?;
+            let value = parse(&text, "a manifest")?;
             let id = value
                 .get("id")
                 .and_then(Value::as_str)
@@ -279,13 +316,18 @@ impl PyKernel {
             let tool = Tool::new(manifest, source, Some(Arc::new(handler))).map_err(value_error)?;
             builder = builder.tool(tool);
         }
-        let kernel = py.detach(|| {
-            let _runtime = pyo3_async_runtimes::tokio::get_runtime().enter();
-            builder.build()
-        });
+        let kernel = py
+            .detach(|| {
+                let _runtime = runtime::runtime().enter();
+                builder.build()
+            })
+            .map_err(value_error)?;
+        let names = ToolNames::new(kernel.tools()).map_err(value_error)?;
         Ok(PyKernel {
-            kernel: kernel.map_err(value_error)?,
+            kernel,
             loops,
+            names,
+            pid: std::process::id(),
         })
     }
 
@@ -298,32 +340,108 @@ impl PyKernel {
         batch: String,
         event_loop: Py<PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let doc: Value = serde_json::from_str(&batch)
-            .map_err(|e| PyValueError::new_err(format!("the batch is not JSON: {e}")))?;
-        let batch = Batch::from_value(&doc).map_err(value_error)?;
-        let kernel = self.kernel.clone();
-        let loops = self.loops.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            let mut handle = kernel
-                .open_with(&batch.tenant, BatchOptions::default())
-                .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-            let id = handle.id().to_owned();
-            loops.insert(id.clone(), event_loop);
-            // The loop is forgotten however the run ends (cancelled included).
-            let _forget = Forget(loops, id);
-            for call in batch.calls {
-                handle.submit(call).map_err(value_error)?;
-            }
-            handle.close();
-            let result = handle.finish().await;
+        self.here()?;
+        let batch = Batch::from_value(&parse(&batch, "the batch")?).map_err(value_error)?;
+        let run = self.start(batch, event_loop);
+        future_into_py::<ForkSafe, _, _>(py, async move {
+            let result = run?.await;
             Ok(report::run_json(&result).to_string())
+        })
+    }
+
+    /// Runs the tool calls of a model's response in `api`'s shape (JSON text) as one batch of
+    /// `tenant`; resolves with `{"results": [...], "reply": [...]}` as JSON text: Sluice's
+    /// results, and the messages (or items) that API expects next, in the model's order.
+    fn run_response<'py>(
+        &self,
+        py: Python<'py>,
+        api_name: &str,
+        response: String,
+        tenant: &str,
+        event_loop: Py<PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.here()?;
+        let api = api(api_name)?;
+        let doc = parse(&response, "the response")?;
+        let batch = api
+            .batch(tenant, &doc, &self.names, &IngestOptions::default())
+            .map_err(value_error)?;
+        let run = self.start(batch, event_loop);
+        let names = self.names.clone();
+        future_into_py::<ForkSafe, _, _>(py, async move {
+            let result = run?.await;
+            let reply = api.results(&result.results, &names);
+            let mut out = report::run_json(&result);
+            if let Some(o) = out.as_object_mut() {
+                o.insert("reply".into(), Value::Array(reply));
+            }
+            Ok(out.to_string())
+        })
+    }
+
+    /// The tools as `api`'s tool definitions (JSON text of a list), each id's highest version
+    /// (`all_versions` for every version), OpenAI's strict schemas when `strict`.
+    #[pyo3(signature = (api_name, all_versions=false, strict=false))]
+    fn tools_for(&self, api_name: &str, all_versions: bool, strict: bool) -> PyResult<String> {
+        self.here()?;
+        let options = ExportOptions::default()
+            .with_all_versions(all_versions)
+            .with_strict(strict);
+        let exported = api(api_name)?.export(self.kernel.tools(), &self.names, &options);
+        Ok(Value::Array(exported.definitions).to_string())
+    }
+
+    /// Opens a batch of `tenant` to submit calls into one at a time (its Python handlers on
+    /// `event_loop`); each starts as soon as it may.
+    fn open(&self, tenant: &str, event_loop: Py<PyAny>) -> PyResult<PyBatch> {
+        self.here()?;
+        let _runtime = runtime::runtime().enter();
+        let mut handle = self
+            .kernel
+            .open_with(tenant, BatchOptions::default())
+            .map_err(value_error)?;
+        let id = handle.id().to_owned();
+        self.loops.insert(id.clone(), event_loop);
+        let forget = Forget(self.loops.clone(), id);
+        let cancel = handle.cancellation_token();
+        let (commands, mut inbox) = mpsc::unbounded_channel::<Command>();
+        let (done, completions) = mpsc::unbounded_channel::<String>();
+        // The batch's own task: it submits what Python sends and forwards each completion.
+        runtime::runtime().spawn(async move {
+            let _forget = forget;
+            let mut open = true;
+            loop {
+                tokio::select! {
+                    command = inbox.recv(), if open => match command {
+                        Some(Command::Submit(call, answer)) => {
+                            let _ = answer.send(handle.submit(call).map_err(|e| e.to_string()));
+                        }
+                        Some(Command::Close) | None => {
+                            handle.close();
+                            open = false;
+                        }
+                    },
+                    next = handle.next_completion() => match next {
+                        Some(r) => {
+                            let _ = done.send(report::result_json(&r).to_string());
+                        }
+                        None => break,
+                    },
+                }
+            }
+        });
+        Ok(PyBatch {
+            commands,
+            completions: Arc::new(tokio::sync::Mutex::new(completions)),
+            cancel,
         })
     }
 
     /// For `tenant`: (calls not finished, calls its conflict index still remembers); both
     /// return to 0 when the tenant is idle.
-    fn load(&self, tenant: &str) -> (usize, usize) {
-        self.kernel.tenant_load(tenant)
+    fn load(&self, tenant: &str) -> PyResult<(usize, usize)> {
+        self.here()?;
+        Ok(self.kernel.tenant_load(tenant))
     }
 
     /// The registered tools' manifests, as JSON text (a list).
@@ -335,6 +453,109 @@ impl PyKernel {
             .map(|t| t.manifest().to_value())
             .collect();
         Value::Array(all).to_string()
+    }
+}
+
+impl PyKernel {
+    /// Refuses a kernel made in another process (before a `fork()`): its runtime's threads did
+    /// not follow, and any state a parent thread was changing is half-changed here.
+    fn here(&self) -> PyResult<()> {
+        let pid = std::process::id();
+        if pid == self.pid {
+            return Ok(());
+        }
+        Err(PyRuntimeError::new_err(format!(
+            "this sluice.Kernel was made in process {} before fork(): it cannot run in process              {pid}; make a new Kernel in this process",
+            self.pid
+        )))
+    }
+
+    /// Starts `batch` with its Python handlers on `event_loop`; the future of its result.
+    /// The loop is forgotten however the run ends (cancelled included).
+    fn start(
+        &self,
+        batch: Batch,
+        event_loop: Py<PyAny>,
+    ) -> PyResult<impl std::future::Future<Output = BatchResult> + Send + 'static> {
+        let _runtime = runtime::runtime().enter();
+        let mut handle = self
+            .kernel
+            .open_with(&batch.tenant, BatchOptions::default())
+            .map_err(value_error)?;
+        let id = handle.id().to_owned();
+        self.loops.insert(id.clone(), event_loop);
+        let forget = Forget(self.loops.clone(), id);
+        for call in batch.calls {
+            handle.submit(call).map_err(value_error)?;
+        }
+        handle.close();
+        Ok(async move {
+            let _forget = forget;
+            handle.finish().await
+        })
+    }
+}
+
+/// What Python asks of an open batch's task.
+enum Command {
+    Submit(Call, oneshot::Sender<Result<(), String>>),
+    Close,
+}
+
+/// A batch open for streaming submission: `sluice.Batch` wraps it.
+#[pyclass(frozen, name = "Batch")]
+struct PyBatch {
+    commands: mpsc::UnboundedSender<Command>,
+    completions: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<String>>>,
+    cancel: CancellationToken,
+}
+
+#[pymethods]
+impl PyBatch {
+    /// Submits the next call (the JSON text of `{"id", "tool", "input"}`); its synchronous
+    /// stages run now. Raises `ValueError` for a malformed call, a duplicate id, or a batch
+    /// already closed.
+    fn submit<'py>(&self, py: Python<'py>, call: String) -> PyResult<Bound<'py, PyAny>> {
+        let doc = parse(&call, "the call")?;
+        let wrapped = serde_json::json!({"calls": [doc]});
+        let mut batch = Batch::from_value(&wrapped).map_err(value_error)?;
+        let call = batch
+            .calls
+            .pop()
+            .ok_or_else(|| PyValueError::new_err("the call is missing"))?;
+        let (answer, answered) = oneshot::channel();
+        self.commands
+            .send(Command::Submit(call, answer))
+            .map_err(|_| PyValueError::new_err("the batch is closed: no call can be added"))?;
+        future_into_py::<ForkSafe, _, _>(py, async move {
+            match answered.await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(why)) => Err(PyValueError::new_err(why)),
+                Err(_) => Err(PyValueError::new_err(
+                    "the batch is closed: no call can be added",
+                )),
+            }
+        })
+    }
+
+    /// No more calls will come: the batch ends when the submitted ones have.
+    fn close(&self) {
+        let _ = self.commands.send(Command::Close);
+    }
+
+    /// Cancels the batch: calls waiting are not started, calls running are stopped.
+    fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    /// The next call to complete (its result's JSON text), in completion order; `None` once the
+    /// batch has ended and every completion has been read.
+    fn next<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let completions = self.completions.clone();
+        future_into_py::<ForkSafe, _, _>(
+            py,
+            async move { Ok(completions.lock().await.recv().await) },
+        )
     }
 }
 
@@ -351,6 +572,7 @@ impl Drop for Forget {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyKernel>()?;
+    m.add_class::<PyBatch>()?;
     m.add_class::<Settle>()?;
     Ok(())
 }

@@ -26,7 +26,7 @@ from typing import Any
 
 from . import _native
 
-__all__ = ["Builtin", "Context", "Kernel", "Tool", "ToolError", "builtin", "tool"]
+__all__ = ["Batch", "Builtin", "Context", "Kernel", "Tool", "ToolError", "builtin", "tool"]
 
 
 class ToolError(Exception):
@@ -197,12 +197,63 @@ def _cancel(settle: Any) -> None:
 ToolLike = Tool | Builtin
 
 
+class Batch:
+    """A batch open for streaming submission (`Kernel.open`).
+
+    Each submitted call starts as soon as the calls it conflicts with have ended; `async for`
+    over the batch yields results in completion order, until the batch is closed and every
+    call has ended. Leaving `async with` closes it; an exception there cancels it.
+    """
+
+    def __init__(self, native: Any) -> None:
+        self._native = native
+
+    async def submit(self, call: Mapping[str, Any]) -> None:
+        """Submits the next call (`{"id", "tool", "input"}`). Raises `ValueError` for a
+        malformed call, an id already used in the batch, or a closed batch."""
+        await self._native.submit(json.dumps(call))
+
+    def close(self) -> None:
+        """No more calls will come: the batch ends when the submitted ones have."""
+        self._native.close()
+
+    def cancel(self) -> None:
+        """Cancels the calls not yet ended (they are reported `cancelled`)."""
+        self._native.cancel()
+
+    async def next(self) -> dict[str, Any] | None:
+        """The next result in completion order; `None` once the batch has ended."""
+        text = await self._native.next()
+        if text is None:
+            return None
+        result: dict[str, Any] = json.loads(text)
+        return result
+
+    def __aiter__(self) -> Batch:
+        return self
+
+    async def __anext__(self) -> dict[str, Any]:
+        result = await self.next()
+        if result is None:
+            raise StopAsyncIteration
+        return result
+
+    async def __aenter__(self) -> Batch:
+        return self
+
+    async def __aexit__(self, kind: Any, error: Any, trace: Any) -> None:
+        if error is not None:
+            self.cancel()
+        self.close()
+
+
 class Kernel:
     """The Sluice kernel: tools, and runs of batches of their calls.
 
     `policy` (a policy file) and `provenance` (a log file, durable) are those `sluice run`
-    takes. A manifest that is not valid raises `ValueError` naming the tool, the JSON pointer
-    and why.
+    takes; `timeout` (seconds) is every call's deadline unless its manifest's `limits.cpuMs`
+    sets one (a call past it is cancelled and ends `timeout`). A manifest that is not valid
+    raises `ValueError` naming the tool, the JSON pointer and why.
     """
 
     def __init__(
@@ -211,6 +262,7 @@ class Kernel:
         *,
         policy: str | os.PathLike[str] | None = None,
         provenance: str | os.PathLike[str] | None = None,
+        timeout: float | None = None,
     ) -> None:
         mine: list[Tool] = []
         root: str | None = None
@@ -229,6 +281,7 @@ class Kernel:
             root,
             os.fspath(policy) if policy is not None else None,
             os.fspath(provenance) if provenance is not None else None,
+            None if timeout is None else max(1, round(timeout * 1000)),
         )
 
     async def run(
@@ -245,6 +298,35 @@ class Kernel:
         text = await self._native.run(batch, loop)
         results: list[dict[str, Any]] = json.loads(text)["results"]
         return results
+
+    async def run_response(
+        self, api: str, response: Mapping[str, Any] | Sequence[Any], *, tenant: str = "default"
+    ) -> dict[str, Any]:
+        """Runs the tool calls of a model's response as one batch of `tenant`.
+
+        `api` is `openai` (a ChatCompletion, an assistant message or its `tool_calls`),
+        `openai-responses`, `anthropic`, `gemini` or `mcp`, read by the Rust adapters exactly as
+        `sluice run --from` reads them. Returns `{"results": [...], "reply": [...]}`: Sluice's
+        results, and what that API expects next (tool messages, `function_call_output` items, a
+        `tool_result` user message, `functionResponse` parts), in the model's order.
+        """
+        loop = asyncio.get_running_loop()
+        text = await self._native.run_response(api, json.dumps(response), tenant, loop)
+        out: dict[str, Any] = json.loads(text)
+        return out
+
+    def tools_for(
+        self, api: str, *, all_versions: bool = False, strict: bool = False
+    ) -> list[dict[str, Any]]:
+        """The tools as `api`'s tool definitions (`openai`, `openai-responses`, `anthropic`,
+        `gemini`, `mcp`), named so that the model's calls come back to them."""
+        out: list[dict[str, Any]] = json.loads(self._native.tools_for(api, all_versions, strict))
+        return out
+
+    def open(self, *, tenant: str = "default") -> Batch:
+        """Opens a batch of `tenant` for streaming: submit calls as the model streams them,
+        read completions as they end. Use it inside a running event loop."""
+        return Batch(self._native.open(tenant, asyncio.get_running_loop()))
 
     def load(self, tenant: str = "default") -> tuple[int, int]:
         """For `tenant`: (calls not finished, calls its conflict index still remembers); both

@@ -36,6 +36,7 @@ use pyo3::prelude::*;
 use pyo3_async_runtimes::generic::future_into_py;
 use serde_json::Value;
 use sluice_kernel::adapters::{report, Api, ExportOptions, IngestOptions, ToolNames};
+use sluice_kernel::authorize::{ApprovalFuture, ApprovalOutcome, ApprovalRequest, Approver};
 use sluice_kernel::builtin::{self, BuiltinConfig};
 use sluice_kernel::model::{self, ManifestSource, ValidateOptions};
 use sluice_kernel::run::{BatchOptions, BatchResult, Kernel as RustKernel};
@@ -99,16 +100,85 @@ impl Settle {
     }
 }
 
-/// A Python tool's handler: starts `start(invoke, ctx, input, settle)` on the run's event loop
-/// (the Python layer's `_start`, which makes the task and settles `settle` when it ends).
-struct PyHandler {
+/// The Python layer's two task starters: `start(invoke, context, payload, settle)` makes an
+/// asyncio task of `invoke(context, payload)` that settles `settle`; `cancel(settle)` cancels it.
+struct Starters {
     start: Py<PyAny>,
     cancel: Py<PyAny>,
+}
+
+impl Starters {
+    fn clone_ref(&self, py: Python<'_>) -> Starters {
+        Starters {
+            start: self.start.clone_ref(py),
+            cancel: self.cancel.clone_ref(py),
+        }
+    }
+
+    /// Runs `invoke(context, payload)` (an async Python callable) as a task on `event_loop`;
+    /// its answer. Dropping the future before it answers cancels the task.
+    fn call_on(
+        &self,
+        event_loop: Option<Py<PyAny>>,
+        invoke: &Py<PyAny>,
+        context: String,
+        payload: String,
+    ) -> impl std::future::Future<Output = Settled> + Send + 'static {
+        let (tx, rx) = oneshot::channel();
+        let started = Python::attach(|py| {
+            let Some(event_loop) = event_loop else {
+                return Err("the batch has no event loop to run Python on".to_owned());
+            };
+            let settle = Py::new(
+                py,
+                Settle {
+                    tx: Mutex::new(Some(tx)),
+                    task: Mutex::new(None),
+                },
+            )
+            .map_err(|e| e.to_string())?;
+            event_loop
+                .call_method1(
+                    py,
+                    "call_soon_threadsafe",
+                    (
+                        self.start.clone_ref(py),
+                        invoke.clone_ref(py),
+                        context,
+                        payload,
+                        settle.clone_ref(py),
+                    ),
+                )
+                .map_err(|e| format!("cannot start it on the event loop: {e}"))?;
+            Ok(CancelOnDrop {
+                settle: Some(settle),
+                event_loop,
+                cancel: self.cancel.clone_ref(py),
+            })
+        });
+        async move {
+            let mut guard = started.map_err(|why| ("internal".to_owned(), why))?;
+            let settled = rx.await;
+            // Settled (or gone): nothing left to cancel.
+            guard.settle = None;
+            settled.unwrap_or_else(|_| {
+                Err((
+                    "internal".to_owned(),
+                    "its task ended without settling (its event loop closed?)".to_owned(),
+                ))
+            })
+        }
+    }
+}
+
+/// A Python tool's handler, run on the event loop of the run that submitted the call.
+struct PyHandler {
+    starters: Starters,
     invoke: Py<PyAny>,
     loops: Loops,
 }
 
-/// Cancels a started handler's task when the kernel drops its call before it settled.
+/// Cancels a started task when its caller drops the future before the task settled.
 struct CancelOnDrop {
     settle: Option<Py<Settle>>,
     event_loop: Py<PyAny>,
@@ -144,59 +214,69 @@ impl Handler for PyHandler {
             "fencing_token": ctx.fencing_token(),
         })
         .to_string();
-        let (tx, rx) = oneshot::channel();
-        let started = event_loop.ok_or_else(|| {
-            ToolError::new(
-                "internal",
-                "the batch has no event loop to run a Python handler on",
-            )
-        });
-        let started = started.and_then(|event_loop| {
-            Python::attach(|py| {
-                let settle = Py::new(
-                    py,
-                    Settle {
-                        tx: Mutex::new(Some(tx)),
-                        task: Mutex::new(None),
-                    },
-                )?;
-                event_loop.call_method1(
-                    py,
-                    "call_soon_threadsafe",
-                    (
-                        self.start.clone_ref(py),
-                        self.invoke.clone_ref(py),
-                        context,
-                        input.to_string(),
-                        settle.clone_ref(py),
-                    ),
-                )?;
-                Ok::<_, PyErr>(CancelOnDrop {
-                    settle: Some(settle),
-                    event_loop,
-                    cancel: self.cancel.clone_ref(py),
-                })
-            })
-            .map_err(|e| ToolError::new("internal", format!("cannot start the handler: {e}")))
-        });
+        let answer = self
+            .starters
+            .call_on(event_loop, &self.invoke, context, input.to_string());
         Box::pin(async move {
-            let mut guard = started?;
-            let settled = rx.await;
-            // Settled (or gone): nothing left to cancel.
-            guard.settle = None;
-            match settled {
-                Ok(Ok(text)) => serde_json::from_str(&text).map_err(|e| {
+            match answer.await {
+                Ok(text) => serde_json::from_str(&text).map_err(|e| {
                     ToolError::new(
                         "invalid-output",
                         format!("the handler's output is not JSON: {e}"),
                     )
                 }),
-                Ok(Err((code, message))) => Err(ToolError::new(code, message)),
-                Err(_) => Err(ToolError::new(
-                    "internal",
-                    "the handler's task ended without settling (its event loop closed?)",
-                )),
+                Err((code, message)) => Err(ToolError::new(code, message)),
             }
+        })
+    }
+}
+
+/// Asks a Python approver (`approver=`) on the loop of the run whose call asks: the Python
+/// layer's wrapper answers `{"approved", "by", "reason"}` as JSON text.
+struct PyApprover {
+    starters: Starters,
+    ask: Py<PyAny>,
+    event_loop: Py<PyAny>,
+}
+
+impl Approver for PyApprover {
+    fn approve(&self, request: ApprovalRequest) -> ApprovalFuture {
+        let payload = serde_json::json!({
+            "tenant": request.tenant,
+            "call": request.call_id,
+            "tool": request.tool,
+            "input": request.input,
+            "accesses": request.accesses.iter().map(|a| serde_json::json!({
+                "kind": a.kind.as_str(), "resource": a.resource.to_text()})).collect::<Vec<_>>(),
+            "decided_by": request.authorization.by.to_string(),
+        })
+        .to_string();
+        let event_loop = Python::attach(|py| self.event_loop.clone_ref(py));
+        let answer = self
+            .starters
+            .call_on(Some(event_loop), &self.ask, String::new(), payload);
+        Box::pin(async move {
+            let failed = |why: String| Error::ApproverFailed { why };
+            let text = answer
+                .await
+                .map_err(|(code, message)| failed(format!("{code}: {message}")))?;
+            let v: Value = serde_json::from_str(&text).map_err(|e| failed(e.to_string()))?;
+            let by = v
+                .get("by")
+                .and_then(Value::as_str)
+                .unwrap_or("python")
+                .to_owned();
+            Ok(match v.get("approved").and_then(Value::as_bool) {
+                Some(true) => ApprovalOutcome::Approved { by },
+                _ => ApprovalOutcome::Rejected {
+                    by,
+                    reason: v
+                        .get("reason")
+                        .and_then(Value::as_str)
+                        .unwrap_or("the approver said no")
+                        .to_owned(),
+                },
+            })
         })
     }
 }
@@ -209,6 +289,9 @@ struct PyKernel {
     names: ToolNames,
     /// The process that made it: after `fork()` a child must make its own.
     pid: u32,
+    starters: Starters,
+    /// The Python approver, asked on the loop of the run whose call asks.
+    approver: Option<Py<PyAny>>,
 }
 
 /// Raises `error` as a `ValueError` (a bad manifest, batch or option names what and where).
@@ -247,7 +330,11 @@ impl PyKernel {
     /// `timeout_ms` is every call's deadline unless its manifest's `limits.cpuMs` sets one: a
     /// call past it is stopped (its task cancelled) and ends `timeout`.
     #[new]
-    #[pyo3(signature = (tools, start, cancel, root=None, policy=None, provenance=None, timeout_ms=None))]
+    ///
+    /// `approver(context, payload)` (an async callable taking the ask as JSON text and
+    /// answering `{"approved", "by", "reason"}` as JSON text) answers the calls the policy asks
+    /// about; without one every ask is rejected (fail closed).
+    #[pyo3(signature = (tools, start, cancel, root=None, policy=None, provenance=None, timeout_ms=None, approver=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -258,7 +345,9 @@ impl PyKernel {
         policy: Option<PathBuf>,
         provenance: Option<PathBuf>,
         timeout_ms: Option<u64>,
+        approver: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
+        let starters = Starters { start, cancel };
         let loops: Loops = Arc::default();
         runtime::ensure().map_err(|e| {
             PyRuntimeError::new_err(format!("sluice cannot start its tokio runtime: {e}"))
@@ -308,8 +397,7 @@ impl PyKernel {
                 }
             };
             let handler = PyHandler {
-                start: start.clone_ref(py),
-                cancel: cancel.clone_ref(py),
+                starters: starters.clone_ref(py),
                 invoke,
                 loops: loops.clone(),
             };
@@ -328,6 +416,8 @@ impl PyKernel {
             loops,
             names,
             pid: std::process::id(),
+            starters,
+            approver,
         })
     }
 
@@ -396,9 +486,10 @@ impl PyKernel {
     fn open(&self, tenant: &str, event_loop: Py<PyAny>) -> PyResult<PyBatch> {
         self.here()?;
         let _runtime = runtime::runtime().enter();
+        let options = self.options(&event_loop);
         let mut handle = self
             .kernel
-            .open_with(tenant, BatchOptions::default())
+            .open_with(tenant, options)
             .map_err(value_error)?;
         let id = handle.id().to_owned();
         self.loops.insert(id.clone(), event_loop);
@@ -457,6 +548,21 @@ impl PyKernel {
 }
 
 impl PyKernel {
+    /// A batch's options: its approver asks on the batch's loop.
+    fn options(&self, event_loop: &Py<PyAny>) -> BatchOptions {
+        let options = BatchOptions::default();
+        match &self.approver {
+            Some(ask) => Python::attach(|py| {
+                options.with_approver(Arc::new(PyApprover {
+                    starters: self.starters.clone_ref(py),
+                    ask: ask.clone_ref(py),
+                    event_loop: event_loop.clone_ref(py),
+                }))
+            }),
+            None => options,
+        }
+    }
+
     /// Refuses a kernel made in another process (before a `fork()`): its runtime's threads did
     /// not follow, and any state a parent thread was changing is half-changed here.
     fn here(&self) -> PyResult<()> {
@@ -478,9 +584,10 @@ impl PyKernel {
         event_loop: Py<PyAny>,
     ) -> PyResult<impl std::future::Future<Output = BatchResult> + Send + 'static> {
         let _runtime = runtime::runtime().enter();
+        let options = self.options(&event_loop);
         let mut handle = self
             .kernel
-            .open_with(&batch.tenant, BatchOptions::default())
+            .open_with(&batch.tenant, options)
             .map_err(value_error)?;
         let id = handle.id().to_owned();
         self.loops.insert(id.clone(), event_loop);

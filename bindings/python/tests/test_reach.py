@@ -252,3 +252,95 @@ async def test_hostile_input_is_an_error_never_a_crash() -> None:
         await kernel.run([call("t", "t.echo")], tenant="")
     with pytest.raises(TypeError):
         sluice.Kernel([lambda: 1])  # type: ignore[list-item]
+
+
+async def test_an_ask_goes_to_the_python_approver_and_fails_closed_without_one(
+    tmp_path: Any,
+) -> None:
+    policy = tmp_path / "policy.json"
+    rule = {"id": "ask-writes", "decision": "ask", "effects": ["writes"]}
+    policy.write_text(json.dumps({"tenants": {"acme": {"default": "allow", "rules": [rule]}}}))
+    spans: list[tuple[str, float, float]] = []
+    asked: list[dict[str, Any]] = []
+
+    async def reviewer(request: dict[str, Any]) -> bool:
+        asked.append(request)
+        return request["input"]["name"] != "forbidden"
+
+    kernel = sluice.Kernel(counter_tools(spans), policy=policy, approver=reviewer)
+    results = await kernel.run(
+        [call("yes", "c.incr", name="fine"), call("no", "c.incr", name="forbidden")],
+        tenant="acme",
+    )
+    assert results[0]["status"] == "ok", results
+    assert results[1]["error"]["code"] == "rejected", results
+    assert "reviewer" in results[1]["error"]["message"], results
+    assert {a["call"] for a in asked} == {"yes", "no"}
+    assert asked[0]["accesses"] == [{"kind": "writes", "resource": "counter:fine"}]
+
+    def broken(request: dict[str, Any]) -> bool:
+        raise RuntimeError("the pager is down")
+
+    for approver in (None, broken):
+        strict = sluice.Kernel(counter_tools([]), policy=policy, approver=approver)
+        (r,) = await strict.run([call("w", "c.incr", name="x")], tenant="acme")
+        assert r["error"]["code"] == "rejected", r
+
+
+async def test_a_kindgi_sdk_tool_is_taken_as_it_is() -> None:
+    import kindgi
+    from pydantic import BaseModel
+
+    class Note(BaseModel):
+        name: str
+        text: str
+
+    class Saved(BaseModel):
+        length: int
+
+    notes: dict[str, str] = {}
+    seen: list[kindgi.ToolContext] = []
+    windows: list[tuple[float, float]] = []
+
+    @kindgi.tool(id="notes.append", effects=[{"kind": "writes", "resource": "note:{name}"}])
+    async def append(note: Note, ctx: kindgi.ToolContext) -> Saved:
+        "Appends to a note."
+        seen.append(ctx)
+        start = time.monotonic()
+        before = notes.get(note.name, "")
+        await asyncio.sleep(0.02)
+        notes[note.name] = before + note.text
+        windows.append((start, time.monotonic()))
+        return Saved(length=len(notes[note.name]))
+
+    waited = threading.Event()
+
+    @kindgi.tool(id="notes.wait", effects=[], mutating=False)
+    def wait(note: Note, ctx: kindgi.ToolContext) -> Saved:
+        "Waits until cancelled."
+        if ctx.cancellation.wait(10):
+            waited.set()
+        return Saved(length=0)
+
+    kernel = sluice.Kernel([append, wait], timeout=0.2)
+    results = await kernel.run(
+        [
+            call("1", "notes.append", name="a", text="x"),
+            call("2", "notes.append", name="a", text="y"),
+            call("bad", "notes.append", name="a"),
+            call("w", "notes.wait", name="a", text=""),
+        ],
+        tenant="acme",
+    )
+    assert [r["status"] for r in results[:2]] == ["ok", "ok"], results
+    assert results[1]["output"] == {"length": 2}
+    assert notes["a"] == "xy", "both edits kept, in order"
+    assert windows[0][1] <= windows[1][0]
+    assert results[2]["error"]["code"] == "invalid-input", results
+    assert results[3]["status"] == "timeout", results
+    assert await asyncio.to_thread(waited.wait, 5), "the sync handler saw its cancellation"
+    ctx = seen[0]
+    assert (ctx.tenant_id, ctx.request_id) == ("acme", "1")
+    assert ctx.run_id and ctx.idempotency_key
+    manifest = next(m for m in kernel.manifests() if m["id"] == "notes.append")
+    assert manifest["input"]["properties"]["text"]["type"] == "string"

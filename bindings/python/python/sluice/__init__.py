@@ -153,6 +153,70 @@ def tool(
     return make
 
 
+def _is_kindgi_tool(t: object) -> bool:
+    """Whether `t` is a tool made with the Kindgi Python SDK's `kindgi.tool` (duck-typed, so
+    that `kindgi` is imported only when one is given)."""
+    return type(t).__module__.startswith("kindgi") and all(
+        hasattr(t, a) for a in ("id", "handler", "input_schema", "invoke_args", "dump_output")
+    )
+
+
+class _KindgiTool(Tool):
+    """A `kindgi.tool` as it is: its manifest fields, and its handler called the SDK's way —
+    the input parsed by its model, a `kindgi.ToolContext` filled (tenant, run, request,
+    idempotency key, cancellation), the output dumped by its model."""
+
+    def __init__(self, t: Any) -> None:
+        if getattr(t, "spec", None) is not None:
+            raise TypeError(f"the Kindgi tool `{t.id}` is an http_tool: give its manifest instead")
+        manifest: dict[str, Any] = {
+            "id": t.id,
+            "version": t.version or "1.0.0",
+            "description": t.description,
+            "input": t.input_schema,
+            "output": t.output_schema,
+            "effects": [dict(e) for e in t.effects],
+            # The SDK's `None` means "may change something", as `True` does.
+            "mutating": True if t.mutating is None else bool(t.mutating),
+        }
+        for field_name in ("limits", "sandbox", "network", "needs"):
+            value = getattr(t, field_name, None)
+            if value is not None:
+                manifest[field_name] = value
+        super().__init__(manifest, t.handler)
+        self._kindgi = t
+
+    async def _invoke(self, context: str, payload: str) -> str:
+        import kindgi
+
+        t = self._kindgi
+        c = Context(**json.loads(context))
+        cancellation = kindgi.Cancellation()
+        ctx = kindgi.ToolContext(
+            tenant_id=c.tenant,
+            run_id=c.batch,
+            request_id=c.call,
+            idempotency_key=c.idempotency_key,
+            cancellation=cancellation,
+        )
+        try:
+            value = t.parse_input(json.loads(payload))
+        except Exception as e:  # pydantic's ValidationError, or a model's own check
+            raise ToolError("invalid-input", f"call `{c.call}` ({c.tool}): {e}") from None
+        args = t.invoke_args(value, ctx)
+        try:
+            if t.is_async:
+                out = await t.handler(*args)
+            else:
+                out = await asyncio.to_thread(t.handler, *args)
+        except asyncio.CancelledError:
+            # The kernel stopped the call (the batch cancelled, or its deadline): a sync
+            # handler sees it through `ctx.cancellation`.
+            cancellation.cancel("cancelled")
+            raise
+        return json.dumps(t.dump_output(out))
+
+
 @dataclass(frozen=True)
 class Builtin:
     """Sluice's built-in tools (fs, kv, echo, sleep), the fs tools confined to `root`."""
@@ -194,7 +258,28 @@ def _cancel(settle: Any) -> None:
         task.cancel()
 
 
-ToolLike = Tool | Builtin
+ToolLike = Tool | Builtin | Any  # Any: a `kindgi.tool`
+
+
+def _approver(
+    approver: Callable[[dict[str, Any]], bool | Awaitable[bool]],
+) -> Callable[[str, str], Awaitable[str]]:
+    """The approver as the extension asks it: JSON text in, `{"approved", "by", "reason"}` out."""
+    by = getattr(approver, "__name__", "python-approver")
+
+    async def ask(_context: str, payload: str) -> str:
+        request = json.loads(payload)
+        if inspect.iscoroutinefunction(approver):
+            answer = await approver(request)
+        else:
+            answer = await asyncio.to_thread(approver, request)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        approved = answer is True
+        reason = "" if approved else f"`{by}` said no"
+        return json.dumps({"approved": approved, "by": by, "reason": reason})
+
+    return ask
 
 
 class Batch:
@@ -252,8 +337,11 @@ class Kernel:
 
     `policy` (a policy file) and `provenance` (a log file, durable) are those `sluice run`
     takes; `timeout` (seconds) is every call's deadline unless its manifest's `limits.cpuMs`
-    sets one (a call past it is cancelled and ends `timeout`). A manifest that is not valid
-    raises `ValueError` naming the tool, the JSON pointer and why.
+    sets one (a call past it is cancelled and ends `timeout`). `approver(request)` (sync: in a
+    worker thread; or async) answers each call the policy asks about with `True` or `False`;
+    `request` holds `tenant`, `call`, `tool`, `input`, `accesses`, `decided_by`. Without one
+    every ask is rejected, and an approver that raises rejects too (fail closed). A manifest that
+    is not valid raises `ValueError` naming the tool, the JSON pointer and why.
     """
 
     def __init__(
@@ -263,6 +351,7 @@ class Kernel:
         policy: str | os.PathLike[str] | None = None,
         provenance: str | os.PathLike[str] | None = None,
         timeout: float | None = None,
+        approver: Callable[[dict[str, Any]], bool | Awaitable[bool]] | None = None,
     ) -> None:
         mine: list[Tool] = []
         root: str | None = None
@@ -271,8 +360,12 @@ class Kernel:
                 root = t.root
             elif isinstance(t, Tool):
                 mine.append(t)
+            elif _is_kindgi_tool(t):
+                mine.append(_KindgiTool(t))
             else:
-                raise TypeError(f"not a tool: {t!r} (make one with @sluice.tool)")
+                raise TypeError(
+                    f"not a tool: {t!r} (make one with @sluice.tool, sluice.Tool or kindgi.tool)"
+                )
         self._tools = {t.id: t for t in mine}
         self._native = _native.Kernel(
             [(json.dumps(t.manifest), t._invoke) for t in mine],
@@ -282,6 +375,7 @@ class Kernel:
             os.fspath(policy) if policy is not None else None,
             os.fspath(provenance) if provenance is not None else None,
             None if timeout is None else max(1, round(timeout * 1000)),
+            None if approver is None else _approver(approver),
         )
 
     async def run(

@@ -19,6 +19,7 @@ class Kernel:
         policy: str | None = None,
         provenance: str | None = None,
         timeout_ms: int | None = None,
+        approver: Callable[[str, str], Awaitable[str]] | None = None,
     ) -> None: ...
     def run(self, batch: str, event_loop: Any) -> Awaitable[str]: ...
     def run_response(

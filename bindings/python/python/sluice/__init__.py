@@ -409,6 +409,27 @@ class Kernel:
         out: dict[str, Any] = json.loads(text)
         return out
 
+    async def run_named(
+        self, calls: Sequence[tuple[str, str, Mapping[str, Any]]], *, tenant: str = "default"
+    ) -> list[tuple[dict[str, Any], str]]:
+        """Runs `(call id, function name, arguments)` as one batch of `tenant`, the names being
+        those `tools_for` gives the model; each call's result and the text to give the model
+        back (its output as JSON, or its error). What the framework adapters use."""
+        message = {
+            "role": "assistant",
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(dict(args))},
+                }
+                for call_id, name, args in calls
+            ],
+        }
+        out = await self.run_response("openai", message, tenant=tenant)
+        texts = [str(m.get("content", "")) for m in out["reply"]]
+        return list(zip(out["results"], texts, strict=True))
+
     def tools_for(
         self, api: str, *, all_versions: bool = False, strict: bool = False
     ) -> list[dict[str, Any]]:

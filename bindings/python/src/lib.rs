@@ -10,7 +10,10 @@
 //! kernel stops (the batch cancelled, a deadline) cancels its task the same way.
 //!
 //! Nothing here holds the GIL while it waits: the kernel runs on a tokio runtime of its own
-//! (`pyo3-async-runtimes`), and a run is an asyncio awaitable (`future_into_py`).
+//! (`runtime.rs`: the process's, made anew after a `fork()`), and a run resolves an asyncio
+//! future the Python layer awaits. Every entry into Python from the runtime's threads goes
+//! through `bridge::with_python`, counted, so that the interpreter's exit waits for those under
+//! way and refuses new ones (`bridge.rs` says why).
 //!
 //! What a Python author writes (the extension is reached through the Python layer):
 //!
@@ -33,13 +36,14 @@ use std::sync::{Arc, Mutex};
 use dashmap::DashMap;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3_async_runtimes::generic::future_into_py;
 use serde_json::Value;
 use sluice_kernel::adapters::{report, Api, ExportOptions, IngestOptions, ToolNames};
 use sluice_kernel::authorize::{ApprovalFuture, ApprovalOutcome, ApprovalRequest, Approver};
 use sluice_kernel::builtin::{self, BuiltinConfig};
 use sluice_kernel::model::{self, ManifestSource, ValidateOptions};
-use sluice_kernel::run::{BatchOptions, BatchResult, Kernel as RustKernel};
+use sluice_kernel::run::{
+    BatchOptions, BatchResult, CallObserver, CallResult, Kernel as RustKernel, Waiting,
+};
 use sluice_kernel::transport::{Handler, HandlerFuture, Tool, ToolContext, ToolError};
 use sluice_kernel::{Batch, Call, Error};
 use sluice_policy::PolicyEngine;
@@ -47,13 +51,13 @@ use sluice_provenance::{Durability, ProvenanceLog};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use runtime::ForkSafe;
-
+mod bridge;
 mod runtime;
 
 /// The event loop of each batch in flight, by batch id: a Python handler runs on the loop of
 /// the run that submitted its call.
-type Loops = Arc<DashMap<String, Py<PyAny>>>;
+/// Held as `Arc`s so that a handler takes one without the GIL while it holds the map's lock.
+type Loops = Arc<DashMap<String, Arc<Py<PyAny>>>>;
 
 /// How a handler's task ended: its output as JSON text, or `(code, message)`.
 type Settled = Result<String, (String, String)>;
@@ -100,11 +104,13 @@ impl Settle {
     }
 }
 
-/// The Python layer's two task starters: `start(invoke, context, payload, settle)` makes an
-/// asyncio task of `invoke(context, payload)` that settles `settle`; `cancel(settle)` cancels it.
+/// The Python layer's helpers, run on an event loop: `start(invoke, context, payload, settle)`
+/// makes an asyncio task of `invoke(context, payload)` that settles `settle`; `cancel(settle)`
+/// cancels it; `deliver(future, payload)` resolves an asyncio future the layer awaits.
 struct Starters {
     start: Py<PyAny>,
     cancel: Py<PyAny>,
+    deliver: Py<PyAny>,
 }
 
 impl Starters {
@@ -112,21 +118,34 @@ impl Starters {
         Starters {
             start: self.start.clone_ref(py),
             cancel: self.cancel.clone_ref(py),
+            deliver: self.deliver.clone_ref(py),
         }
+    }
+
+    /// Resolves `future` (made on `event_loop`) with `payload`, from any thread. Nothing when
+    /// the interpreter is exiting: nobody awaits it any more.
+    fn deliver(&self, event_loop: &Py<PyAny>, future: &Py<PyAny>, payload: Option<String>) {
+        bridge::with_python(|py| {
+            let _ = event_loop.call_method1(
+                py,
+                "call_soon_threadsafe",
+                (self.deliver.clone_ref(py), future.clone_ref(py), payload),
+            );
+        });
     }
 
     /// Runs `invoke(context, payload)` (an async Python callable) as a task on `event_loop`;
     /// its answer. Dropping the future before it answers cancels the task.
     fn call_on(
         &self,
-        event_loop: Option<Py<PyAny>>,
+        event_loop: Option<Arc<Py<PyAny>>>,
         invoke: &Py<PyAny>,
         context: String,
         payload: String,
     ) -> impl std::future::Future<Output = Settled> + Send + 'static {
         let (tx, rx) = oneshot::channel();
-        let started = Python::attach(|py| {
-            let Some(event_loop) = event_loop else {
+        let started = bridge::with_python(|py| {
+            let Some(event_loop) = event_loop.map(|l| l.clone_ref(py)) else {
                 return Err("the batch has no event loop to run Python on".to_owned());
             };
             let settle = Py::new(
@@ -155,7 +174,8 @@ impl Starters {
                 event_loop,
                 cancel: self.cancel.clone_ref(py),
             })
-        });
+        })
+        .unwrap_or_else(|| Err("the Python interpreter is exiting".to_owned()));
         async move {
             let mut guard = started.map_err(|why| ("internal".to_owned(), why))?;
             let settled = rx.await;
@@ -188,7 +208,7 @@ struct CancelOnDrop {
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         if let Some(settle) = self.settle.take() {
-            Python::attach(|py| {
+            bridge::with_python(|py| {
                 let _ = self.event_loop.call_method1(
                     py,
                     "call_soon_threadsafe",
@@ -201,10 +221,7 @@ impl Drop for CancelOnDrop {
 
 impl Handler for PyHandler {
     fn call(&self, ctx: ToolContext, input: Value) -> HandlerFuture {
-        let event_loop = self
-            .loops
-            .get(ctx.batch_id())
-            .map(|l| Python::attach(|py| l.clone_ref(py)));
+        let event_loop = self.loops.get(ctx.batch_id()).map(|l| l.value().clone());
         let context = serde_json::json!({
             "tenant": ctx.tenant(),
             "batch": ctx.batch_id(),
@@ -236,7 +253,7 @@ impl Handler for PyHandler {
 struct PyApprover {
     starters: Starters,
     ask: Py<PyAny>,
-    event_loop: Py<PyAny>,
+    event_loop: Arc<Py<PyAny>>,
 }
 
 impl Approver for PyApprover {
@@ -251,10 +268,10 @@ impl Approver for PyApprover {
             "decided_by": request.authorization.by.to_string(),
         })
         .to_string();
-        let event_loop = Python::attach(|py| self.event_loop.clone_ref(py));
+        let event_loop = Some(self.event_loop.clone());
         let answer = self
             .starters
-            .call_on(Some(event_loop), &self.ask, String::new(), payload);
+            .call_on(event_loop, &self.ask, String::new(), payload);
         Box::pin(async move {
             let failed = |why: String| Error::ApproverFailed { why };
             let text = answer
@@ -277,6 +294,56 @@ impl Approver for PyApprover {
                         .to_owned(),
                 },
             })
+        })
+    }
+}
+
+/// What each call of a batch waited for before it started, and why (the conflicting calls, each
+/// with the resource and the kind of conflict; an ask), added to its result as `waited`.
+#[derive(Default)]
+struct Waits(DashMap<String, Value>);
+
+impl CallObserver for Waits {
+    fn waiting(&self, call: &Call, waiting: &Waiting<'_>) {
+        if !waiting.is_waiting() {
+            return;
+        }
+        let calls: Vec<Value> = waiting
+            .calls
+            .iter()
+            .map(|c| {
+                serde_json::json!({"batch": &*c.batch, "call": &*c.call, "tool": c.tool,
+                                   "resource": c.resource, "kind": c.kind})
+            })
+            .collect();
+        let mut v = serde_json::json!({"calls": calls});
+        if let Some(o) = v.as_object_mut() {
+            if waiting.unnamed + waiting.shared > 0 {
+                o.insert("unnamed".into(), (waiting.unnamed + waiting.shared).into());
+            }
+            if let Some(a) = waiting.approval {
+                o.insert("approval".into(), a.by.to_string().into());
+            }
+        }
+        self.0.insert(call.id.clone(), v);
+    }
+}
+
+impl Waits {
+    /// A result as JSON, with what it waited for.
+    fn result_json(&self, r: &CallResult) -> Value {
+        let mut v = report::result_json(r);
+        if let (Some(o), Some((_, waited))) = (v.as_object_mut(), self.0.remove(&r.id)) {
+            o.insert("waited".into(), waited);
+        }
+        v
+    }
+
+    /// A batch's results as JSON (`{"results", "makespan_ms"}`), each with what it waited for.
+    fn run_json(&self, result: &BatchResult) -> Value {
+        serde_json::json!({
+            "results": result.results.iter().map(|r| self.result_json(r)).collect::<Vec<_>>(),
+            "makespan_ms": report::ms(result.makespan),
         })
     }
 }
@@ -334,20 +401,25 @@ impl PyKernel {
     /// `approver(context, payload)` (an async callable taking the ask as JSON text and
     /// answering `{"approved", "by", "reason"}` as JSON text) answers the calls the policy asks
     /// about; without one every ask is rejected (fail closed).
-    #[pyo3(signature = (tools, start, cancel, root=None, policy=None, provenance=None, timeout_ms=None, approver=None))]
+    #[pyo3(signature = (tools, start, cancel, deliver, root=None, policy=None, provenance=None, timeout_ms=None, approver=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         tools: Vec<(String, Py<PyAny>)>,
         start: Py<PyAny>,
         cancel: Py<PyAny>,
+        deliver: Py<PyAny>,
         root: Option<PathBuf>,
         policy: Option<PathBuf>,
         provenance: Option<PathBuf>,
         timeout_ms: Option<u64>,
         approver: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
-        let starters = Starters { start, cancel };
+        let starters = Starters {
+            start,
+            cancel,
+            deliver,
+        };
         let loops: Loops = Arc::default();
         runtime::ensure().map_err(|e| {
             PyRuntimeError::new_err(format!("sluice cannot start its tokio runtime: {e}"))
@@ -422,50 +494,43 @@ impl PyKernel {
     }
 
     /// Runs a batch (the JSON text of `{"tenant", "calls"}`, as `sluice run` reads it) with
-    /// its Python handlers on `event_loop`; resolves with the results' JSON text, in submission
-    /// order. Cancelling the awaiting task cancels the batch's unfinished calls.
-    fn run<'py>(
-        &self,
-        py: Python<'py>,
-        batch: String,
-        event_loop: Py<PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    /// its Python handlers on `event_loop`; resolves `future` (made on that loop) with the
+    /// results' JSON text, in submission order. The `Canceller` it returns cancels the batch's
+    /// unfinished calls (the layer calls it when the awaiting task is cancelled).
+    fn run(&self, batch: String, event_loop: Py<PyAny>, future: Py<PyAny>) -> PyResult<Canceller> {
         self.here()?;
         let batch = Batch::from_value(&parse(&batch, "the batch")?).map_err(value_error)?;
-        let run = self.start(batch, event_loop);
-        future_into_py::<ForkSafe, _, _>(py, async move {
-            let result = run?.await;
-            Ok(report::run_json(&result).to_string())
+        self.spawn(batch, event_loop, future, |result, waits| {
+            waits.run_json(&result).to_string()
         })
     }
 
     /// Runs the tool calls of a model's response in `api`'s shape (JSON text) as one batch of
-    /// `tenant`; resolves with `{"results": [...], "reply": [...]}` as JSON text: Sluice's
-    /// results, and the messages (or items) that API expects next, in the model's order.
-    fn run_response<'py>(
+    /// `tenant`; resolves `future` with `{"results": [...], "reply": [...]}` as JSON text:
+    /// Sluice's results, and the messages (or items) that API expects next, in the model's
+    /// order.
+    fn run_response(
         &self,
-        py: Python<'py>,
         api_name: &str,
         response: String,
         tenant: &str,
         event_loop: Py<PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+        future: Py<PyAny>,
+    ) -> PyResult<Canceller> {
         self.here()?;
         let api = api(api_name)?;
         let doc = parse(&response, "the response")?;
         let batch = api
             .batch(tenant, &doc, &self.names, &IngestOptions::default())
             .map_err(value_error)?;
-        let run = self.start(batch, event_loop);
         let names = self.names.clone();
-        future_into_py::<ForkSafe, _, _>(py, async move {
-            let result = run?.await;
+        self.spawn(batch, event_loop, future, move |result, waits| {
             let reply = api.results(&result.results, &names);
-            let mut out = report::run_json(&result);
+            let mut out = waits.run_json(&result);
             if let Some(o) = out.as_object_mut() {
                 o.insert("reply".into(), Value::Array(reply));
             }
-            Ok(out.to_string())
+            out.to_string()
         })
     }
 
@@ -483,16 +548,18 @@ impl PyKernel {
 
     /// Opens a batch of `tenant` to submit calls into one at a time (its Python handlers on
     /// `event_loop`); each starts as soon as it may.
-    fn open(&self, tenant: &str, event_loop: Py<PyAny>) -> PyResult<PyBatch> {
+    fn open(&self, py: Python<'_>, tenant: &str, event_loop: Py<PyAny>) -> PyResult<PyBatch> {
         self.here()?;
         let _runtime = runtime::runtime().enter();
-        let options = self.options(&event_loop);
+        let waits = Arc::new(Waits::default());
+        let options = self.options(py, &event_loop, &waits);
+        let deliver_on = event_loop.clone_ref(py);
         let mut handle = self
             .kernel
             .open_with(tenant, options)
             .map_err(value_error)?;
         let id = handle.id().to_owned();
-        self.loops.insert(id.clone(), event_loop);
+        self.loops.insert(id.clone(), Arc::new(event_loop));
         let forget = Forget(self.loops.clone(), id);
         let cancel = handle.cancellation_token();
         let (commands, mut inbox) = mpsc::unbounded_channel::<Command>();
@@ -514,7 +581,7 @@ impl PyKernel {
                     },
                     next = handle.next_completion() => match next {
                         Some(r) => {
-                            let _ = done.send(report::result_json(&r).to_string());
+                            let _ = done.send(waits.result_json(&r).to_string());
                         }
                         None => break,
                     },
@@ -525,6 +592,8 @@ impl PyKernel {
             commands,
             completions: Arc::new(tokio::sync::Mutex::new(completions)),
             cancel,
+            event_loop: deliver_on,
+            starters: Arc::new(self.starters.clone_ref(py)),
         })
     }
 
@@ -548,17 +617,16 @@ impl PyKernel {
 }
 
 impl PyKernel {
-    /// A batch's options: its approver asks on the batch's loop.
-    fn options(&self, event_loop: &Py<PyAny>) -> BatchOptions {
-        let options = BatchOptions::default();
+    /// A batch's options: its approver asks on the batch's loop, and `waits` watches what its
+    /// calls wait for.
+    fn options(&self, py: Python<'_>, event_loop: &Py<PyAny>, waits: &Arc<Waits>) -> BatchOptions {
+        let options = BatchOptions::default().with_observer(waits.clone());
         match &self.approver {
-            Some(ask) => Python::attach(|py| {
-                options.with_approver(Arc::new(PyApprover {
-                    starters: self.starters.clone_ref(py),
-                    ask: ask.clone_ref(py),
-                    event_loop: event_loop.clone_ref(py),
-                }))
-            }),
+            Some(ask) => options.with_approver(Arc::new(PyApprover {
+                starters: self.starters.clone_ref(py),
+                ask: ask.clone_ref(py),
+                event_loop: Arc::new(event_loop.clone_ref(py)),
+            })),
             None => options,
         }
     }
@@ -576,30 +644,52 @@ impl PyKernel {
         )))
     }
 
-    /// Starts `batch` with its Python handlers on `event_loop`; the future of its result.
-    /// The loop is forgotten however the run ends (cancelled included).
-    fn start(
+    /// Starts `batch` with its Python handlers on `event_loop`, and resolves `future` with
+    /// `render` of its result once it ends. The loop is forgotten however the run ends.
+    fn spawn(
         &self,
         batch: Batch,
         event_loop: Py<PyAny>,
-    ) -> PyResult<impl std::future::Future<Output = BatchResult> + Send + 'static> {
-        let _runtime = runtime::runtime().enter();
-        let options = self.options(&event_loop);
+        future: Py<PyAny>,
+        render: impl FnOnce(BatchResult, Arc<Waits>) -> String + Send + 'static,
+    ) -> PyResult<Canceller> {
+        let runtime = runtime::runtime();
+        let _entered = runtime.enter();
+        let waits = Arc::new(Waits::default());
+        let options = Python::attach(|py| self.options(py, &event_loop, &waits));
         let mut handle = self
             .kernel
             .open_with(&batch.tenant, options)
             .map_err(value_error)?;
         let id = handle.id().to_owned();
-        self.loops.insert(id.clone(), event_loop);
+        let cancel = handle.cancellation_token();
+        let deliver_on = Python::attach(|py| event_loop.clone_ref(py));
+        self.loops.insert(id.clone(), Arc::new(event_loop));
         let forget = Forget(self.loops.clone(), id);
         for call in batch.calls {
             handle.submit(call).map_err(value_error)?;
         }
         handle.close();
-        Ok(async move {
-            let _forget = forget;
-            handle.finish().await
-        })
+        let starters = Python::attach(|py| self.starters.clone_ref(py));
+        runtime.spawn(async move {
+            let result = handle.finish().await;
+            drop(forget);
+            let text = render(result, waits);
+            starters.deliver(&deliver_on, &future, Some(text));
+        });
+        Ok(Canceller(cancel))
+    }
+}
+
+/// Cancels a run's batch: calls waiting are not started, calls running are stopped.
+#[pyclass(frozen)]
+struct Canceller(CancellationToken);
+
+#[pymethods]
+impl Canceller {
+    /// Cancels the batch's unfinished calls.
+    fn cancel(&self) {
+        self.0.cancel();
     }
 }
 
@@ -615,6 +705,9 @@ struct PyBatch {
     commands: mpsc::UnboundedSender<Command>,
     completions: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<String>>>,
     cancel: CancellationToken,
+    /// Where completions are delivered.
+    event_loop: Py<PyAny>,
+    starters: Arc<Starters>,
 }
 
 #[pymethods]
@@ -622,7 +715,7 @@ impl PyBatch {
     /// Submits the next call (the JSON text of `{"id", "tool", "input"}`); its synchronous
     /// stages run now. Raises `ValueError` for a malformed call, a duplicate id, or a batch
     /// already closed.
-    fn submit<'py>(&self, py: Python<'py>, call: String) -> PyResult<Bound<'py, PyAny>> {
+    fn submit(&self, py: Python<'_>, call: String) -> PyResult<()> {
         let doc = parse(&call, "the call")?;
         let wrapped = serde_json::json!({"calls": [doc]});
         let mut batch = Batch::from_value(&wrapped).map_err(value_error)?;
@@ -630,19 +723,17 @@ impl PyBatch {
             .calls
             .pop()
             .ok_or_else(|| PyValueError::new_err("the call is missing"))?;
+        let closed = || PyValueError::new_err("the batch is closed: no call can be added");
         let (answer, answered) = oneshot::channel();
         self.commands
             .send(Command::Submit(call, answer))
-            .map_err(|_| PyValueError::new_err("the batch is closed: no call can be added"))?;
-        future_into_py::<ForkSafe, _, _>(py, async move {
-            match answered.await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(why)) => Err(PyValueError::new_err(why)),
-                Err(_) => Err(PyValueError::new_err(
-                    "the batch is closed: no call can be added",
-                )),
-            }
-        })
+            .map_err(|_| closed())?;
+        // The batch's task answers at once; the GIL is not held meanwhile.
+        match py.detach(|| answered.blocking_recv()) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(why)) => Err(PyValueError::new_err(why)),
+            Err(_) => Err(closed()),
+        }
     }
 
     /// No more calls will come: the batch ends when the submitted ones have.
@@ -655,14 +746,17 @@ impl PyBatch {
         self.cancel.cancel();
     }
 
-    /// The next call to complete (its result's JSON text), in completion order; `None` once the
-    /// batch has ended and every completion has been read.
-    fn next<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    /// Resolves `future` (made on the batch's loop) with the next call to complete (its
+    /// result's JSON text), in completion order; with `None` once the batch has ended and every
+    /// completion has been read.
+    fn next(&self, py: Python<'_>, future: Py<PyAny>) {
         let completions = self.completions.clone();
-        future_into_py::<ForkSafe, _, _>(
-            py,
-            async move { Ok(completions.lock().await.recv().await) },
-        )
+        let starters = self.starters.clone();
+        let event_loop = self.event_loop.clone_ref(py);
+        runtime::runtime().spawn(async move {
+            let next = completions.lock().await.recv().await;
+            starters.deliver(&event_loop, &future, next);
+        });
     }
 }
 
@@ -680,6 +774,8 @@ impl Drop for Forget {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyKernel>()?;
     m.add_class::<PyBatch>()?;
+    m.add_class::<Canceller>()?;
+    m.add_function(wrap_pyfunction!(bridge::at_exit, m)?)?;
     m.add_class::<Settle>()?;
     Ok(())
 }

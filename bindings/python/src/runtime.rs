@@ -4,15 +4,11 @@
 //! has no worker threads in the child, and a future spawned on it would never run (a hang). So
 //! the runtime is the current process's: [`ensure`] makes a new one the first time it is asked
 //! in a process (the parent's is left alone in the child, never dropped: dropping it would wait
-//! for threads that are not there). [`ForkSafe`] is pyo3-async-runtimes' bridge over it.
+//! for threads that are not there).
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
-use pyo3_async_runtimes::generic::{ContextExt, JoinError, Runtime};
-use pyo3_async_runtimes::TaskLocals;
 use tokio::runtime::Runtime as Tokio;
 
 /// A runtime and the process it was made in. The runtime is leaked: it lives as long as the
@@ -71,71 +67,4 @@ fn build() -> std::io::Result<Tokio> {
         .enable_all()
         .thread_name("sluice-kernel")
         .build()
-}
-
-tokio::task_local! {
-    /// The event loop of a future bridged from asyncio.
-    static LOCALS: TaskLocals;
-}
-
-/// pyo3-async-runtimes' bridge over [`runtime`].
-pub(crate) struct ForkSafe;
-
-/// A task's failure, as the bridge sees it.
-pub(crate) struct Failed(tokio::task::JoinError);
-
-impl JoinError for Failed {
-    fn is_panic(&self) -> bool {
-        self.0.is_panic()
-    }
-
-    fn into_panic(self) -> Box<dyn std::any::Any + Send + 'static> {
-        self.0.into_panic()
-    }
-}
-
-/// A spawned task's end.
-pub(crate) struct Joined(tokio::task::JoinHandle<()>);
-
-impl Future for Joined {
-    type Output = Result<(), Failed>;
-
-    fn poll(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        Pin::new(&mut self.0).poll(cx).map_err(Failed)
-    }
-}
-
-impl Runtime for ForkSafe {
-    type JoinError = Failed;
-    type JoinHandle = Joined;
-
-    fn spawn<F>(fut: F) -> Self::JoinHandle
-    where
-        F: Future<Output = ()> + Send + 'static,
-    {
-        Joined(runtime().spawn(fut))
-    }
-
-    fn spawn_blocking<F>(f: F) -> Self::JoinHandle
-    where
-        F: FnOnce() + Send + 'static,
-    {
-        Joined(runtime().spawn_blocking(f))
-    }
-}
-
-impl ContextExt for ForkSafe {
-    fn scope<F, R>(locals: TaskLocals, fut: F) -> Pin<Box<dyn Future<Output = R> + Send>>
-    where
-        F: Future<Output = R> + Send + 'static,
-    {
-        Box::pin(LOCALS.scope(locals, fut))
-    }
-
-    fn get_task_locals() -> Option<TaskLocals> {
-        LOCALS.try_with(TaskLocals::clone).ok()
-    }
 }

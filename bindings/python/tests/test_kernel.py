@@ -57,6 +57,10 @@ async def test_conflicting_calls_run_in_order_and_independent_ones_overlap() -> 
     assert not overlap(a, b), "two writes of one key never overlap"
     assert a[2] <= b[1], "and run in submission order"
     assert overlap(a, c), "a write of another key runs at the same time"
+    # What `b` waited for, and why; `a` and `c` waited for nothing.
+    (waited,) = results[1]["waited"]["calls"]
+    assert (waited["call"], waited["resource"], waited["kind"]) == ("a", "x:k", "write-after-write")
+    assert "waited" not in results[0] and "waited" not in results[2]
 
 
 async def test_concurrent_runs_of_one_tenant_share_its_conflict_order() -> None:

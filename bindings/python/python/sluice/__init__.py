@@ -17,6 +17,7 @@ predecessors end. See docs/python.md.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import inspect
 import json
 import os
@@ -251,6 +252,32 @@ def _settled(task: asyncio.Future[str], settle: Any) -> None:
         settle.fail(type(error).__name__, str(error))
 
 
+def _deliver(future: asyncio.Future[Any], payload: str | None) -> None:
+    """Runs on a run's event loop: the extension's answer for a future the layer awaits (one
+    whose awaiting task was cancelled is left alone)."""
+    if not future.done():
+        future.set_result(payload)
+
+
+async def _answer(ask: Callable[[asyncio.AbstractEventLoop, asyncio.Future[Any]], Any]) -> Any:
+    """Awaits what the extension answers to `ask(loop, future)`; cancelling the awaiting task
+    cancels what `ask` returned (a batch's canceller), if anything."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    canceller = ask(loop, future)
+    try:
+        return await future
+    except asyncio.CancelledError:
+        if canceller is not None:
+            canceller.cancel()
+        raise
+
+
+# Before the interpreter finalizes, the kernel's threads stop entering Python (and those inside
+# leave): one entering during finalization would abort the process.
+atexit.register(_native.at_exit)
+
+
 def _cancel(settle: Any) -> None:
     """Runs on the run's event loop: cancels a call's handler task (the kernel stopped it)."""
     task = settle.task()
@@ -296,7 +323,7 @@ class Batch:
     async def submit(self, call: Mapping[str, Any]) -> None:
         """Submits the next call (`{"id", "tool", "input"}`). Raises `ValueError` for a
         malformed call, an id already used in the batch, or a closed batch."""
-        await self._native.submit(json.dumps(call))
+        self._native.submit(json.dumps(call))
 
     def close(self) -> None:
         """No more calls will come: the batch ends when the submitted ones have."""
@@ -308,7 +335,7 @@ class Batch:
 
     async def next(self) -> dict[str, Any] | None:
         """The next result in completion order; `None` once the batch has ended."""
-        text = await self._native.next()
+        text = await _answer(lambda loop, future: self._native.next(future))
         if text is None:
             return None
         result: dict[str, Any] = json.loads(text)
@@ -371,6 +398,7 @@ class Kernel:
             [(json.dumps(t.manifest), t._invoke) for t in mine],
             _start,
             _cancel,
+            _deliver,
             root,
             os.fspath(policy) if policy is not None else None,
             os.fspath(provenance) if provenance is not None else None,
@@ -387,9 +415,8 @@ class Kernel:
         `output` or `error` (`code`, `message`), with its timings. Cancelling the awaiting task
         cancels the calls not yet ended.
         """
-        loop = asyncio.get_running_loop()
         batch = json.dumps({"tenant": tenant, "calls": list(calls)})
-        text = await self._native.run(batch, loop)
+        text = await _answer(lambda loop, future: self._native.run(batch, loop, future))
         results: list[dict[str, Any]] = json.loads(text)["results"]
         return results
 
@@ -404,8 +431,10 @@ class Kernel:
         results, and what that API expects next (tool messages, `function_call_output` items, a
         `tool_result` user message, `functionResponse` parts), in the model's order.
         """
-        loop = asyncio.get_running_loop()
-        text = await self._native.run_response(api, json.dumps(response), tenant, loop)
+        doc = json.dumps(response)
+        text = await _answer(
+            lambda loop, future: self._native.run_response(api, doc, tenant, loop, future)
+        )
         out: dict[str, Any] = json.loads(text)
         return out
 

@@ -4,10 +4,11 @@
 //! The extension owns what must be exact: manifests validated as the CLI validates them, the
 //! conflict order, policy, provenance, the model shapes. Python owns what is better there: the
 //! decorator, JSON, and running a handler on the caller's event loop. The two meet in one place,
-//! `PyHandler`: when the kernel starts a call of a Python tool, it asks the loop of the run that
-//! submitted the call (`loop.call_soon_threadsafe`) to start the handler as an asyncio task, and
-//! waits for the task to settle a `Settle` (the output as JSON text, or an error). A call the
-//! kernel stops (the batch cancelled, a deadline) cancels its task the same way.
+//! the batch's `Inbox`: when the kernel starts a call of a Python tool, the call is queued there
+//! and the loop of the run that submitted it is woken (`loop.call_soon_threadsafe`) once for all
+//! the calls ready at that moment; it starts each handler as an asyncio task, which settles a
+//! `Settle` (the output as JSON text, or an error). A call the kernel stops (the batch
+//! cancelled, a deadline) is skipped if not started yet, else its task is cancelled on the loop.
 //!
 //! Nothing here holds the GIL while it waits: the kernel runs on a tokio runtime of its own
 //! (`runtime.rs`: the process's, made anew after a `fork()`), and a run resolves an asyncio
@@ -54,21 +55,25 @@ use tokio_util::sync::CancellationToken;
 mod bridge;
 mod runtime;
 
-/// The event loop of each batch in flight, by batch id: a Python handler runs on the loop of
-/// the run that submitted its call.
-/// Held as `Arc`s so that a handler takes one without the GIL while it holds the map's lock.
-type Loops = Arc<DashMap<String, Arc<Py<PyAny>>>>;
+/// The inbox of each batch in flight, by batch id: a Python handler runs on the loop of the run
+/// that submitted its call. Held as `Arc`s so that a handler takes one without the GIL.
+type Loops = Arc<DashMap<String, Arc<Inbox>>>;
 
 /// How a handler's task ended: its output as JSON text, or `(code, message)`.
 type Settled = Result<String, (String, String)>;
 
+/// One call's way back from its task: the answer's sender, the task once started, and whether
+/// the kernel stopped the call.
+#[derive(Default)]
+struct SettleState {
+    tx: Mutex<Option<oneshot::Sender<Settled>>>,
+    task: Mutex<Option<Py<PyAny>>>,
+    stopped: std::sync::atomic::AtomicBool,
+}
+
 /// Where a handler's task reports how it ended (called by the Python layer's done-callback).
 #[pyclass(frozen)]
-struct Settle {
-    tx: Mutex<Option<oneshot::Sender<Settled>>>,
-    /// The asyncio task, once started: a call the kernel stops is cancelled through it.
-    task: Mutex<Option<Py<PyAny>>>,
-}
+struct Settle(Arc<SettleState>);
 
 #[pymethods]
 impl Settle {
@@ -84,22 +89,170 @@ impl Settle {
 
     /// Keeps the task that runs the handler.
     fn started(&self, task: Py<PyAny>) {
-        if let Ok(mut t) = self.task.lock() {
+        if let Ok(mut t) = self.0.task.lock() {
             *t = Some(task);
         }
     }
 
     /// The task, for cancelling it (`None` before it started).
     fn task(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        let t = self.task.lock().ok()?;
+        let t = self.0.task.lock().ok()?;
         t.as_ref().map(|t| t.clone_ref(py))
     }
 }
 
 impl Settle {
     fn send(&self, settled: Settled) {
-        if let Some(tx) = self.tx.lock().ok().and_then(|mut tx| tx.take()) {
+        if let Some(tx) = self.0.tx.lock().ok().and_then(|mut tx| tx.take()) {
             let _ = tx.send(settled);
+        }
+    }
+}
+
+/// A call waiting to be started on its loop.
+struct Job {
+    invoke: Arc<Py<PyAny>>,
+    context: String,
+    payload: String,
+    settle: Arc<SettleState>,
+}
+
+/// A batch's way onto its event loop: the calls to start there, and whether a drain is already
+/// on its way. The loop is woken once for every calls that are ready at once, not once a call
+/// (each wake is a GIL entry and a socket write from the kernel's thread).
+struct Inbox {
+    event_loop: Py<PyAny>,
+    starters: Starters,
+    pending: Mutex<Vec<Job>>,
+    scheduled: std::sync::atomic::AtomicBool,
+}
+
+/// An inbox, handed to the loop's `drain` callback.
+#[pyclass(frozen)]
+struct InboxRef(Arc<Inbox>);
+
+#[pymethods]
+impl InboxRef {
+    /// Runs on the loop: starts every call waiting (skipping those the kernel stopped).
+    fn drain(&self, py: Python<'_>) -> PyResult<()> {
+        let inbox = &self.0;
+        // Cleared first: a call queued from now on schedules a drain of its own.
+        inbox
+            .scheduled
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        let jobs = match inbox.pending.lock() {
+            Ok(mut p) => std::mem::take(&mut *p),
+            Err(_) => return Ok(()),
+        };
+        for job in jobs {
+            if job.settle.stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                continue;
+            }
+            let settle = Py::new(py, Settle(job.settle.clone()))?;
+            let started = inbox.starters.start.call1(
+                py,
+                (job.invoke.clone_ref(py), job.context, job.payload, settle),
+            );
+            if let Err(e) = started {
+                Settle(job.settle).send(Err((
+                    "internal".to_owned(),
+                    format!("cannot start it on the event loop: {e}"),
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Inbox {
+    fn new(py: Python<'_>, event_loop: Py<PyAny>, starters: &Starters) -> Arc<Inbox> {
+        Arc::new(Inbox {
+            event_loop,
+            starters: starters.clone_ref(py),
+            pending: Mutex::new(Vec::new()),
+            scheduled: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// Resolves `future` (made on this loop) with `payload`, from any thread. Nothing when the
+    /// interpreter is exiting: nobody awaits it any more.
+    fn deliver(&self, future: &Py<PyAny>, payload: Option<String>) {
+        bridge::with_python(|py| {
+            let _ = self.event_loop.call_method1(
+                py,
+                "call_soon_threadsafe",
+                (
+                    self.starters.deliver.clone_ref(py),
+                    future.clone_ref(py),
+                    payload,
+                ),
+            );
+        });
+    }
+
+    /// Runs `invoke(context, payload)` (an async Python callable) as a task on this loop; its
+    /// answer. Dropping the future before it answers cancels the task.
+    fn call(
+        self: &Arc<Self>,
+        invoke: &Arc<Py<PyAny>>,
+        context: String,
+        payload: String,
+    ) -> impl std::future::Future<Output = Settled> + Send + 'static {
+        let (tx, rx) = oneshot::channel();
+        let settle = Arc::new(SettleState {
+            tx: Mutex::new(Some(tx)),
+            ..SettleState::default()
+        });
+        let queued = self.pending.lock().map(|mut p| {
+            p.push(Job {
+                invoke: invoke.clone(),
+                context,
+                payload,
+                settle: settle.clone(),
+            })
+        });
+        let woken = match queued {
+            Err(_) => Err("the batch's inbox is unusable after a panic".to_owned()),
+            // A drain is already on its way: it takes this call too.
+            Ok(())
+                if self
+                    .scheduled
+                    .swap(true, std::sync::atomic::Ordering::SeqCst) =>
+            {
+                Ok(())
+            }
+            Ok(()) => {
+                let me = self.clone();
+                bridge::with_python(|py| {
+                    let drain = Py::new(py, InboxRef(me))?.getattr(py, "drain")?;
+                    self.event_loop
+                        .call_method1(py, "call_soon_threadsafe", (drain,))
+                        .map(|_| ())
+                })
+                .unwrap_or_else(|| {
+                    Err(pyo3::exceptions::PyRuntimeError::new_err(
+                        "the Python interpreter is exiting",
+                    ))
+                })
+                .map_err(|e| format!("cannot wake the event loop: {e}"))
+            }
+        };
+        let guard = CancelOnDrop {
+            settle: Some(settle),
+            inbox: self.clone(),
+        };
+        async move {
+            let mut guard = guard;
+            woken.map_err(|why| ("internal".to_owned(), why))?;
+            let settled = rx.await;
+            // Settled (or gone): nothing left to cancel.
+            guard.settle = None;
+            settled.unwrap_or_else(|_| {
+                Err((
+                    "internal".to_owned(),
+                    "its task ended without settling (its event loop closed?)".to_owned(),
+                ))
+            })
         }
     }
 }
@@ -121,107 +274,45 @@ impl Starters {
             deliver: self.deliver.clone_ref(py),
         }
     }
+}
 
-    /// Resolves `future` (made on `event_loop`) with `payload`, from any thread. Nothing when
-    /// the interpreter is exiting: nobody awaits it any more.
-    fn deliver(&self, event_loop: &Py<PyAny>, future: &Py<PyAny>, payload: Option<String>) {
-        bridge::with_python(|py| {
-            let _ = event_loop.call_method1(
-                py,
-                "call_soon_threadsafe",
-                (self.deliver.clone_ref(py), future.clone_ref(py), payload),
-            );
-        });
-    }
+/// Stops a call whose future the kernel dropped before its task settled: a call not started
+/// yet is skipped by the drain; a started one is cancelled on its loop (after any drain under
+/// way, since both run there).
+struct CancelOnDrop {
+    settle: Option<Arc<SettleState>>,
+    inbox: Arc<Inbox>,
+}
 
-    /// Runs `invoke(context, payload)` (an async Python callable) as a task on `event_loop`;
-    /// its answer. Dropping the future before it answers cancels the task.
-    fn call_on(
-        &self,
-        event_loop: Option<Arc<Py<PyAny>>>,
-        invoke: &Py<PyAny>,
-        context: String,
-        payload: String,
-    ) -> impl std::future::Future<Output = Settled> + Send + 'static {
-        let (tx, rx) = oneshot::channel();
-        let started = bridge::with_python(|py| {
-            let Some(event_loop) = event_loop.map(|l| l.clone_ref(py)) else {
-                return Err("the batch has no event loop to run Python on".to_owned());
-            };
-            let settle = Py::new(
-                py,
-                Settle {
-                    tx: Mutex::new(Some(tx)),
-                    task: Mutex::new(None),
-                },
-            )
-            .map_err(|e| e.to_string())?;
-            event_loop
-                .call_method1(
-                    py,
-                    "call_soon_threadsafe",
-                    (
-                        self.start.clone_ref(py),
-                        invoke.clone_ref(py),
-                        context,
-                        payload,
-                        settle.clone_ref(py),
-                    ),
-                )
-                .map_err(|e| format!("cannot start it on the event loop: {e}"))?;
-            Ok(CancelOnDrop {
-                settle: Some(settle),
-                event_loop,
-                cancel: self.cancel.clone_ref(py),
-            })
-        })
-        .unwrap_or_else(|| Err("the Python interpreter is exiting".to_owned()));
-        async move {
-            let mut guard = started.map_err(|why| ("internal".to_owned(), why))?;
-            let settled = rx.await;
-            // Settled (or gone): nothing left to cancel.
-            guard.settle = None;
-            settled.unwrap_or_else(|_| {
-                Err((
-                    "internal".to_owned(),
-                    "its task ended without settling (its event loop closed?)".to_owned(),
-                ))
-            })
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(settle) = self.settle.take() {
+            settle
+                .stopped
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            let inbox = &self.inbox;
+            bridge::with_python(|py| {
+                if let Ok(settle) = Py::new(py, Settle(settle)) {
+                    let _ = inbox.event_loop.call_method1(
+                        py,
+                        "call_soon_threadsafe",
+                        (inbox.starters.cancel.clone_ref(py), settle),
+                    );
+                }
+            });
         }
     }
 }
 
 /// A Python tool's handler, run on the event loop of the run that submitted the call.
 struct PyHandler {
-    starters: Starters,
-    invoke: Py<PyAny>,
+    invoke: Arc<Py<PyAny>>,
     loops: Loops,
-}
-
-/// Cancels a started task when its caller drops the future before the task settled.
-struct CancelOnDrop {
-    settle: Option<Py<Settle>>,
-    event_loop: Py<PyAny>,
-    cancel: Py<PyAny>,
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        if let Some(settle) = self.settle.take() {
-            bridge::with_python(|py| {
-                let _ = self.event_loop.call_method1(
-                    py,
-                    "call_soon_threadsafe",
-                    (self.cancel.clone_ref(py), settle),
-                );
-            });
-        }
-    }
 }
 
 impl Handler for PyHandler {
     fn call(&self, ctx: ToolContext, input: Value) -> HandlerFuture {
-        let event_loop = self.loops.get(ctx.batch_id()).map(|l| l.value().clone());
+        let inbox = self.loops.get(ctx.batch_id()).map(|l| l.value().clone());
         let context = serde_json::json!({
             "tenant": ctx.tenant(),
             "batch": ctx.batch_id(),
@@ -231,10 +322,14 @@ impl Handler for PyHandler {
             "fencing_token": ctx.fencing_token(),
         })
         .to_string();
-        let answer = self
-            .starters
-            .call_on(event_loop, &self.invoke, context, input.to_string());
+        let answer = inbox.map(|inbox| inbox.call(&self.invoke, context, input.to_string()));
         Box::pin(async move {
+            let Some(answer) = answer else {
+                return Err(ToolError::new(
+                    "internal",
+                    "the batch has no event loop to run Python on",
+                ));
+            };
             match answer.await {
                 Ok(text) => serde_json::from_str(&text).map_err(|e| {
                     ToolError::new(
@@ -251,9 +346,8 @@ impl Handler for PyHandler {
 /// Asks a Python approver (`approver=`) on the loop of the run whose call asks: the Python
 /// layer's wrapper answers `{"approved", "by", "reason"}` as JSON text.
 struct PyApprover {
-    starters: Starters,
-    ask: Py<PyAny>,
-    event_loop: Arc<Py<PyAny>>,
+    ask: Arc<Py<PyAny>>,
+    inbox: Arc<Inbox>,
 }
 
 impl Approver for PyApprover {
@@ -268,10 +362,7 @@ impl Approver for PyApprover {
             "decided_by": request.authorization.by.to_string(),
         })
         .to_string();
-        let event_loop = Some(self.event_loop.clone());
-        let answer = self
-            .starters
-            .call_on(event_loop, &self.ask, String::new(), payload);
+        let answer = self.inbox.call(&self.ask, String::new(), payload);
         Box::pin(async move {
             let failed = |why: String| Error::ApproverFailed { why };
             let text = answer
@@ -358,7 +449,7 @@ struct PyKernel {
     pid: u32,
     starters: Starters,
     /// The Python approver, asked on the loop of the run whose call asks.
-    approver: Option<Py<PyAny>>,
+    approver: Option<Arc<Py<PyAny>>>,
 }
 
 /// Raises `error` as a `ValueError` (a bad manifest, batch or option names what and where).
@@ -469,8 +560,7 @@ impl PyKernel {
                 }
             };
             let handler = PyHandler {
-                starters: starters.clone_ref(py),
-                invoke,
+                invoke: Arc::new(invoke),
                 loops: loops.clone(),
             };
             let tool = Tool::new(manifest, source, Some(Arc::new(handler))).map_err(value_error)?;
@@ -489,7 +579,7 @@ impl PyKernel {
             names,
             pid: std::process::id(),
             starters,
-            approver,
+            approver: approver.map(Arc::new),
         })
     }
 
@@ -552,17 +642,17 @@ impl PyKernel {
         self.here()?;
         let _runtime = runtime::runtime().enter();
         let waits = Arc::new(Waits::default());
-        let options = self.options(py, &event_loop, &waits);
-        let deliver_on = event_loop.clone_ref(py);
+        let inbox = Inbox::new(py, event_loop, &self.starters);
+        let options = self.options(&inbox, &waits);
         let mut handle = self
             .kernel
             .open_with(tenant, options)
             .map_err(value_error)?;
         let id = handle.id().to_owned();
-        self.loops.insert(id.clone(), Arc::new(event_loop));
+        self.loops.insert(id.clone(), inbox.clone());
         let forget = Forget(self.loops.clone(), id);
         let cancel = handle.cancellation_token();
-        let (commands, mut inbox) = mpsc::unbounded_channel::<Command>();
+        let (commands, mut orders) = mpsc::unbounded_channel::<Command>();
         let (done, completions) = mpsc::unbounded_channel::<String>();
         // The batch's own task: it submits what Python sends and forwards each completion.
         runtime::runtime().spawn(async move {
@@ -570,7 +660,7 @@ impl PyKernel {
             let mut open = true;
             loop {
                 tokio::select! {
-                    command = inbox.recv(), if open => match command {
+                    command = orders.recv(), if open => match command {
                         Some(Command::Submit(call, answer)) => {
                             let _ = answer.send(handle.submit(call).map_err(|e| e.to_string()));
                         }
@@ -592,8 +682,7 @@ impl PyKernel {
             commands,
             completions: Arc::new(tokio::sync::Mutex::new(completions)),
             cancel,
-            event_loop: deliver_on,
-            starters: Arc::new(self.starters.clone_ref(py)),
+            inbox,
         })
     }
 
@@ -619,13 +708,12 @@ impl PyKernel {
 impl PyKernel {
     /// A batch's options: its approver asks on the batch's loop, and `waits` watches what its
     /// calls wait for.
-    fn options(&self, py: Python<'_>, event_loop: &Py<PyAny>, waits: &Arc<Waits>) -> BatchOptions {
+    fn options(&self, inbox: &Arc<Inbox>, waits: &Arc<Waits>) -> BatchOptions {
         let options = BatchOptions::default().with_observer(waits.clone());
         match &self.approver {
             Some(ask) => options.with_approver(Arc::new(PyApprover {
-                starters: self.starters.clone_ref(py),
-                ask: ask.clone_ref(py),
-                event_loop: Arc::new(event_loop.clone_ref(py)),
+                ask: ask.clone(),
+                inbox: inbox.clone(),
             })),
             None => options,
         }
@@ -656,26 +744,25 @@ impl PyKernel {
         let runtime = runtime::runtime();
         let _entered = runtime.enter();
         let waits = Arc::new(Waits::default());
-        let options = Python::attach(|py| self.options(py, &event_loop, &waits));
+        let inbox = Python::attach(|py| Inbox::new(py, event_loop, &self.starters));
+        let options = self.options(&inbox, &waits);
         let mut handle = self
             .kernel
             .open_with(&batch.tenant, options)
             .map_err(value_error)?;
         let id = handle.id().to_owned();
         let cancel = handle.cancellation_token();
-        let deliver_on = Python::attach(|py| event_loop.clone_ref(py));
-        self.loops.insert(id.clone(), Arc::new(event_loop));
+        self.loops.insert(id.clone(), inbox.clone());
         let forget = Forget(self.loops.clone(), id);
         for call in batch.calls {
             handle.submit(call).map_err(value_error)?;
         }
         handle.close();
-        let starters = Python::attach(|py| self.starters.clone_ref(py));
         runtime.spawn(async move {
             let result = handle.finish().await;
             drop(forget);
             let text = render(result, waits);
-            starters.deliver(&deliver_on, &future, Some(text));
+            inbox.deliver(&future, Some(text));
         });
         Ok(Canceller(cancel))
     }
@@ -706,8 +793,7 @@ struct PyBatch {
     completions: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<String>>>,
     cancel: CancellationToken,
     /// Where completions are delivered.
-    event_loop: Py<PyAny>,
-    starters: Arc<Starters>,
+    inbox: Arc<Inbox>,
 }
 
 #[pymethods]
@@ -749,13 +835,12 @@ impl PyBatch {
     /// Resolves `future` (made on the batch's loop) with the next call to complete (its
     /// result's JSON text), in completion order; with `None` once the batch has ended and every
     /// completion has been read.
-    fn next(&self, py: Python<'_>, future: Py<PyAny>) {
+    fn next(&self, future: Py<PyAny>) {
         let completions = self.completions.clone();
-        let starters = self.starters.clone();
-        let event_loop = self.event_loop.clone_ref(py);
+        let inbox = self.inbox.clone();
         runtime::runtime().spawn(async move {
             let next = completions.lock().await.recv().await;
-            starters.deliver(&event_loop, &future, next);
+            inbox.deliver(&future, next);
         });
     }
 }
@@ -777,5 +862,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Canceller>()?;
     m.add_function(wrap_pyfunction!(bridge::at_exit, m)?)?;
     m.add_class::<Settle>()?;
+    m.add_class::<InboxRef>()?;
     Ok(())
 }

@@ -113,6 +113,32 @@ async def test_the_model_shapes_go_out_and_come_back_through_the_rust_adapters()
     assert blocks[1].get("is_error") is True, blocks
     assert len(kernel.tools_for("gemini")[0]["functionDeclarations"]) == 2
     assert {i["name"] for i in kernel.tools_for("openai-responses")} == {"c__incr", "c__get"}
+    # OpenAI Responses: function_call items in, function_call_output items back.
+    response = {
+        "output": [
+            {"type": "function_call", "call_id": "fc_1", "name": "c__incr",
+             "arguments": json.dumps({"name": "r"})},
+        ]
+    }  # fmt: skip
+    out = await kernel.run_response("openai-responses", response, tenant="acme")
+    (item,) = out["reply"]
+    assert (item["type"], item["call_id"]) == ("function_call_output", "fc_1"), item
+    assert json.loads(item["output"]) == {"value": 1}
+    # Gemini: functionCall parts in, one user Content of functionResponse parts back.
+    candidate = {
+        "candidates": [
+            {"content": {"role": "model", "parts": [
+                {"functionCall": {"name": "c__incr", "args": {"name": "g"}}},
+                {"functionCall": {"name": "c__get", "args": {"name": "g"}}},
+            ]}}
+        ]
+    }  # fmt: skip
+    out = await kernel.run_response("gemini", candidate, tenant="acme")
+    (content,) = out["reply"]
+    assert content["role"] == "user"
+    parts = [p["functionResponse"] for p in content["parts"]]
+    assert [p["name"] for p in parts] == ["c__incr", "c__get"]
+    assert out["results"][1]["waited"]["calls"][0]["call"] == out["results"][0]["id"]
     with pytest.raises(ValueError, match="no model API"):
         kernel.tools_for("cohere")
     with pytest.raises(ValueError, match="malformed"):

@@ -492,7 +492,10 @@ impl PyKernel {
     /// `approver(context, payload)` (an async callable taking the ask as JSON text and
     /// answering `{"approved", "by", "reason"}` as JSON text) answers the calls the policy asks
     /// about; without one every ask is rejected (fail closed).
-    #[pyo3(signature = (tools, start, cancel, deliver, root=None, policy=None, provenance=None, timeout_ms=None, approver=None))]
+    ///
+    /// `durability` is the log's: `durable` (the default) or `buffered` (faster: records reach
+    /// the disk at each flush, before a checkpoint, and when the log closes).
+    #[pyo3(signature = (tools, start, cancel, deliver, root=None, policy=None, provenance=None, timeout_ms=None, approver=None, durability="durable"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -505,7 +508,17 @@ impl PyKernel {
         provenance: Option<PathBuf>,
         timeout_ms: Option<u64>,
         approver: Option<Py<PyAny>>,
+        durability: &str,
     ) -> PyResult<Self> {
+        let durability = match durability {
+            "durable" => Durability::Durable,
+            "buffered" => Durability::Buffered,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "durability `{other}`: `durable` or `buffered`"
+                )))
+            }
+        };
         let starters = Starters {
             start,
             cancel,
@@ -526,7 +539,7 @@ impl PyKernel {
             builder = builder.authorizer(engine);
         }
         if let Some(path) = provenance {
-            let log = ProvenanceLog::open(&path, Durability::Durable).map_err(|e| {
+            let log = ProvenanceLog::open(&path, durability).map_err(|e| {
                 PyValueError::new_err(format!("the provenance log `{}`: {e}", path.display()))
             })?;
             builder = builder.provenance(log);

@@ -238,6 +238,15 @@ async def test_policy_and_provenance_as_the_cli_has_them(tmp_path: Path) -> None
     calls = {r["call"]: r for r in records if r["type"] == "call"}
     assert calls["ok"]["outcome"] == "ok", records
     assert calls["no"]["decision"] == "deny", records
+    with pytest.raises(ValueError, match="durability `fast`"):
+        sluice.Kernel([read], provenance=tmp_path / "other.jsonl", durability="fast")
+    buffered = sluice.Kernel([read], provenance=tmp_path / "b.jsonl", durability="buffered")
+    assert (await buffered.run([call("b", "t.read", key="k")]))[0]["status"] == "ok"
+    del buffered  # the log closes, its records written
+    import gc
+
+    gc.collect()
+    assert (tmp_path / "b.jsonl").read_text().count("\n") >= 2
 
 
 async def test_the_builtin_tools_are_confined_to_their_root(tmp_path: Path) -> None:

@@ -362,9 +362,10 @@ class Batch:
 class Kernel:
     """The Sluice kernel: tools, and runs of batches of their calls.
 
-    `policy` (a policy file) and `provenance` (a log file, durable) are those `sluice run`
-    takes; `timeout` (seconds) is every call's deadline unless its manifest's `limits.cpuMs`
-    sets one (a call past it is cancelled and ends `timeout`). `approver(request)` (sync: in a
+    `policy` (a policy file) and `provenance` (a log file; `durability` `durable`, the default,
+    or `buffered`) are those `sluice run` takes; `timeout` (seconds) is every call's deadline
+    unless its manifest's `limits.cpuMs` sets one (a call past it is cancelled and ends
+    `timeout`). `approver(request)` (sync: in a
     worker thread; or async) answers each call the policy asks about with `True` or `False`;
     `request` holds `tenant`, `call`, `tool`, `input`, `accesses`, `decided_by`. Without one
     every ask is rejected, and an approver that raises rejects too (fail closed). A manifest that
@@ -379,6 +380,7 @@ class Kernel:
         provenance: str | os.PathLike[str] | None = None,
         timeout: float | None = None,
         approver: Callable[[dict[str, Any]], bool | Awaitable[bool]] | None = None,
+        durability: str = "durable",
     ) -> None:
         mine: list[Tool] = []
         root: str | None = None
@@ -404,6 +406,7 @@ class Kernel:
             os.fspath(provenance) if provenance is not None else None,
             None if timeout is None else max(1, round(timeout * 1000)),
             None if approver is None else _approver(approver),
+            durability,
         )
 
     async def run(

@@ -24,6 +24,7 @@ class Kernel:
         provenance: str | None = None,
         timeout_ms: int | None = None,
         approver: Callable[[str, str], Awaitable[str]] | None = None,
+        durability: str = "durable",
     ) -> None: ...
     def run(self, batch: str, event_loop: Any, future: Any) -> Canceller: ...
     def run_response(

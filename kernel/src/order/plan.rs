@@ -95,20 +95,17 @@ impl PreparedCall {
         tenant: &str,
         call: Call,
     ) -> Self {
-        if let Some(why) = call.defect.clone() {
-            return PreparedCall {
-                tool: registry.get(&call.tool).cloned(),
-                call,
-                accesses: Vec::new(),
-                rejection: Some(Rejection::Malformed(why)),
-            };
-        }
         let Some(tool) = registry.get(&call.tool).cloned() else {
+            // A malformed call says so even when its tool is unknown too.
+            let rejection = match call.defect.clone() {
+                Some(why) => Rejection::Malformed(why),
+                None => Rejection::UnknownTool,
+            };
             return PreparedCall {
                 call,
                 tool: None,
                 accesses: Vec::new(),
-                rejection: Some(Rejection::UnknownTool),
+                rejection: Some(rejection),
             };
         };
         Self::of_tool(tool, normalizers, tenant, call)

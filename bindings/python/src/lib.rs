@@ -600,10 +600,16 @@ impl PyKernel {
     /// its Python handlers on `event_loop`; resolves `future` (made on that loop) with the
     /// results' JSON text, in submission order. The `Canceller` it returns cancels the batch's
     /// unfinished calls (the layer calls it when the awaiting task is cancelled).
-    fn run(&self, batch: String, event_loop: Py<PyAny>, future: Py<PyAny>) -> PyResult<Canceller> {
+    fn run(
+        &self,
+        py: Python<'_>,
+        batch: String,
+        event_loop: Py<PyAny>,
+        future: Py<PyAny>,
+    ) -> PyResult<Canceller> {
         self.here()?;
         let batch = Batch::from_value(&parse(&batch, "the batch")?).map_err(value_error)?;
-        self.spawn(batch, event_loop, future, |result, waits| {
+        self.spawn(py, batch, event_loop, future, |result, waits| {
             waits.run_json(&result).to_string()
         })
     }
@@ -614,6 +620,7 @@ impl PyKernel {
     /// order.
     fn run_response(
         &self,
+        py: Python<'_>,
         api_name: &str,
         response: String,
         tenant: &str,
@@ -627,7 +634,7 @@ impl PyKernel {
             .batch(tenant, &doc, &self.names, &IngestOptions::default())
             .map_err(value_error)?;
         let names = self.names.clone();
-        self.spawn(batch, event_loop, future, move |result, waits| {
+        self.spawn(py, batch, event_loop, future, move |result, waits| {
             let reply = api.results(&result.results, &names);
             let mut out = waits.run_json(&result);
             if let Some(o) = out.as_object_mut() {
@@ -749,6 +756,7 @@ impl PyKernel {
     /// `render` of its result once it ends. The loop is forgotten however the run ends.
     fn spawn(
         &self,
+        py: Python<'_>,
         batch: Batch,
         event_loop: Py<PyAny>,
         future: Py<PyAny>,
@@ -757,7 +765,7 @@ impl PyKernel {
         let runtime = runtime::runtime();
         let _entered = runtime.enter();
         let waits = Arc::new(Waits::default());
-        let inbox = Python::attach(|py| Inbox::new(py, event_loop, &self.starters));
+        let inbox = Inbox::new(py, event_loop, &self.starters);
         let options = self.options(&inbox, &waits);
         let mut handle = self
             .kernel

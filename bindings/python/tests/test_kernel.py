@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import sluice
+from hanging import hanging
 
 Span = tuple[str, float, float]
 
@@ -147,26 +148,14 @@ async def test_an_async_handler_runs_on_the_callers_loop_with_its_context() -> N
 
 
 async def test_cancelling_the_run_cancels_the_handlers() -> None:
-    cancelled = asyncio.Event()
-    started = asyncio.Event()
-
-    @sluice.tool(id="t.slow", effects=[{"kind": "writes", "resource": "x:{key}"}])
-    async def slow(key: str) -> dict[str, Any]:
-        started.set()
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-        return {}
-
-    kernel = sluice.Kernel([slow])
+    slow = hanging("t.slow", "x:{key}")
+    kernel = sluice.Kernel([slow.tool])
     run = asyncio.ensure_future(kernel.run([call("s", "t.slow", key="k")]))
-    await asyncio.wait_for(started.wait(), 5)
+    await asyncio.wait_for(slow.started.wait(), 5)
     run.cancel()
     with pytest.raises(asyncio.CancelledError):
         await run
-    await asyncio.wait_for(cancelled.wait(), 5)
+    await asyncio.wait_for(slow.cancelled.wait(), 5)
     # The kernel's state returns to idle: nothing unfinished, nothing remembered.
     for _ in range(100):
         if kernel.load("default") == (0, 0):

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import sluice
+from hanging import hanging
 
 
 def counter_tools(spans: list[tuple[str, float, float]]) -> list[sluice.Tool]:
@@ -146,26 +147,17 @@ async def test_the_model_shapes_go_out_and_come_back_through_the_rust_adapters()
 
 
 async def test_a_deadline_cancels_one_call_and_the_others_go_on() -> None:
-    cancelled = asyncio.Event()
-
-    @sluice.tool(id="t.hang", effects=[{"kind": "writes", "resource": "x:k"}])
-    async def hang() -> dict[str, Any]:
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-        return {}
+    hang = hanging("t.hang", "x:k")
 
     @sluice.tool(id="t.quick")
     async def quick() -> dict[str, Any]:
         return {"ok": True}
 
-    kernel = sluice.Kernel([hang, quick], timeout=0.1)
+    kernel = sluice.Kernel([hang.tool, quick], timeout=0.1)
     results = await kernel.run([call("h", "t.hang"), call("q", "t.quick")])
     assert results[0]["status"] == "timeout", results
     assert results[1]["status"] == "ok", results
-    await asyncio.wait_for(cancelled.wait(), 5)
+    await asyncio.wait_for(hang.cancelled.wait(), 5)
 
 
 def test_a_kernel_shared_by_threads_keeps_each_tenants_order() -> None:

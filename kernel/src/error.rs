@@ -68,6 +68,47 @@ pub enum Error {
         /// The errors, with JSON pointers relative to the manifest's source.
         errors: Vec<Diagnostic>,
     },
+    /// A Kindgi pack's index cannot be read as one (its envelope, not a tool entry: those are
+    /// judged as manifests).
+    #[error("the pack index `{path}` is invalid at `{pointer}`: {why}")]
+    InvalidPackIndex {
+        /// The index file.
+        path: PathBuf,
+        /// JSON pointer of the fault.
+        pointer: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A pack service does not serve what its index declares (`GET /v1/info` disagrees on the
+    /// pack, a tool or a version), or refuses Sluice's token: none of its tools can be trusted to
+    /// run as declared.
+    #[error("the pack `{pack}` at {url}: {why}")]
+    PackMismatch {
+        /// The pack's id.
+        pack: String,
+        /// The service's URL.
+        url: String,
+        /// What differs.
+        why: String,
+    },
+    /// A pack service cannot be reached now (its calls fail `pack-unavailable` until it is back).
+    #[error("the pack `{pack}` at {url} cannot be reached: {why}")]
+    PackUnavailable {
+        /// The pack's id.
+        pack: String,
+        /// The service's URL.
+        url: String,
+        /// What failed.
+        why: String,
+    },
+    /// A pack cannot be set up: its URL does not parse or is refused, or its token is missing.
+    #[error("the pack `{pack}`: {why}")]
+    PackConfig {
+        /// The pack's id (or its index path).
+        pack: String,
+        /// What is wrong.
+        why: String,
+    },
     /// Two manifests declare the same tool id and version.
     #[error("the tool `{id}` version {version} is defined twice: at {first} and at {second}")]
     DuplicateTool {
@@ -280,11 +321,22 @@ pub enum ErrorCode {
     /// now (its database is unreachable, or the tenant's chain is damaged), so the call does not
     /// run.
     ProvenanceUnavailable,
+    /// `pack-tool-error`: a Kindgi pack's handler failed (the pack's code, such as
+    /// `handler-throw`, and its message are in the message).
+    PackToolError,
+    /// `pack-mismatch`: the pack service does not serve the tool or version its index declares
+    /// (`tool-not-in-pack`, `tool-version-mismatch`, or `/v1/info` disagreeing with the index).
+    PackMismatch,
+    /// `pack-protocol`: the pack service's answer is not pack protocol v2 as Sluice reads it.
+    PackProtocol,
+    /// `pack-unavailable`: the pack service cannot be reached, is not ready, refused Sluice's
+    /// token, or went away while the call ran.
+    PackUnavailable,
 }
 
 impl ErrorCode {
     /// Every code, in declaration order.
-    pub const ALL: [ErrorCode; 30] = [
+    pub const ALL: [ErrorCode; 34] = [
         ErrorCode::UnknownTool,
         ErrorCode::InvalidInput,
         ErrorCode::InvalidOutput,
@@ -315,6 +367,10 @@ impl ErrorCode {
         ErrorCode::Overflow,
         ErrorCode::PathEscapesRoot,
         ErrorCode::ProvenanceUnavailable,
+        ErrorCode::PackToolError,
+        ErrorCode::PackMismatch,
+        ErrorCode::PackProtocol,
+        ErrorCode::PackUnavailable,
     ];
 
     /// The code as results and the provenance log spell it.
@@ -350,6 +406,10 @@ impl ErrorCode {
             ErrorCode::Overflow => "overflow",
             ErrorCode::PathEscapesRoot => "path-escapes-root",
             ErrorCode::ProvenanceUnavailable => "provenance-unavailable",
+            ErrorCode::PackToolError => "pack-tool-error",
+            ErrorCode::PackMismatch => "pack-mismatch",
+            ErrorCode::PackProtocol => "pack-protocol",
+            ErrorCode::PackUnavailable => "pack-unavailable",
         }
     }
 

@@ -1,7 +1,8 @@
 //! Reading manifest files.
 //!
-//! Takes in: a path — a file holding one manifest object or an array of them, or a directory
-//! whose `*.json` files are read (not recursively, in name order). Hands on: each manifest's JSON
+//! Takes in: a path — a file holding one manifest object or an array of them (or a Kindgi pack's
+//! index, whose tool entries are manifests: [`super::PackIndex`]), or a directory whose `*.json`
+//! files are read (not recursively, in name order). Hands on: each manifest's JSON
 //! with its [`ManifestSource`] (file, and JSON pointer inside it for array elements), for
 //! [`crate::model::validate()`] to judge and [`crate::transport::ToolRegistry`] to register.
 
@@ -104,6 +105,9 @@ pub fn parse_json(path: &Path, text: &str) -> Result<Value> {
 
 fn read_file(path: &Path) -> Result<Vec<RawManifest>> {
     let value = read_json(path)?;
+    if super::pack::is_pack_index(&value) {
+        return Ok(super::pack::PackIndex::from_value(path, value)?.tools);
+    }
     Ok(match value {
         Value::Array(items) => items
             .into_iter()

@@ -30,6 +30,7 @@
 //! - `template.rs`: the template syntaxes a manifest uses (text, URL, and the placeholders of a
 //!   resource template);
 //! - `load.rs`: reading manifest files, each with its [`ManifestSource`];
+//! - `pack.rs`: reading a Kindgi pack's index ([`PackIndex`]), whose tools are manifests;
 //! - `batch.rs`: batches and calls, and how a call can end.
 //!
 //! This stage imports only [`crate::error`]: it is the vocabulary the other stages share.
@@ -37,6 +38,7 @@
 mod batch;
 mod load;
 mod manifest;
+mod pack;
 pub(crate) mod template;
 mod validate;
 
@@ -48,6 +50,7 @@ pub use manifest::{
     McpEndpoint, Need, NeedsSpec, NetworkPolicy, NonEmptyString, PositiveInt, Sandbox, ShapeError,
     StatusCode, StatusRange, ToolSecretRef, ToolSpec, Transport, Version,
 };
+pub use pack::{is_pack_index, PackIndex, INDEX_ONLY_FIELDS};
 pub use template::{
     canonical, canonical_host, resource_placeholders, TemplateSyntaxError, TextPart, TextTemplate,
     UrlTemplate,

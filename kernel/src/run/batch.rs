@@ -191,9 +191,14 @@ impl BatchHandle {
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
         let (tx, rx) = mpsc::unbounded_channel();
+        let id: Arc<str> = Arc::from(format!("b{:x}-{:08x}-{n}", now.as_millis(), kernel.nonce));
+        let trace = Arc::new(crate::transport::BatchTrace::new(
+            options.traceparent.as_deref(),
+            &id,
+        ));
         let info = Arc::new(BatchInfo {
             kernel: kernel.clone(),
-            id: Arc::from(format!("b{:x}-{:08x}-{n}", now.as_millis(), kernel.nonce)),
+            id,
             tenant: Arc::from(tenant),
             started: Instant::now(),
             started_unix_ms: now.as_secs_f64() * 1000.0,
@@ -202,6 +207,7 @@ impl BatchHandle {
             origin: options.origin,
             observer: options.observer,
             approver: options.approver,
+            trace,
         });
         let shared = Arc::new(BatchShared {
             info,

@@ -91,12 +91,16 @@ async fn run_handler(
         .limits
         .map(|l| Duration::from_millis(l.cpu_ms.get()))
         .or(job.kernel().options.default_timeout);
+    let mut traceparent = None;
     if let Some(observer) = &job.batch.observer {
+        traceparent = quietly("traceparent", || observer.traceparent(&job.prepared.call));
         quietly("started", || {
             observer.started(&job.prepared.call);
             Some(())
         });
     }
+    let deadline_at = deadline.map(|d| tokio::time::Instant::now() + d);
+    let ctx = ctx.with_run(deadline_at, traceparent, job.batch.trace.clone());
     job.started = Some(Instant::now());
     // The input's digest is taken before the handler runs when a record needs it; otherwise the
     // input moves into the handler instead of being copied.
@@ -106,8 +110,8 @@ async fn run_handler(
     let input = std::mem::take(&mut job.prepared.call.input);
     let run = std::panic::AssertUnwindSafe(handler.call(ctx.clone(), input)).catch_unwind();
     let sleep = async {
-        match deadline {
-            Some(d) => tokio::time::sleep(d).await,
+        match deadline_at {
+            Some(at) => tokio::time::sleep_until(at).await,
             None => std::future::pending().await,
         }
     };

@@ -86,6 +86,13 @@ pub trait CallObserver: Send + Sync + 'static {
     /// The call's handler is about to start (its predecessors are done, its ask approved, a
     /// permit under the caps taken).
     fn started(&self, _call: &Call) {}
+
+    /// The call's W3C `traceparent` as its handler is to send it on (its own span, when the
+    /// observer exports spans), asked just before [`CallObserver::started`]. `None` (the
+    /// default): the kernel derives one from the batch's trace.
+    fn traceparent(&self, _call: &Call) -> Option<String> {
+        None
+    }
 }
 
 /// Runs an observer's method: the observer is the embedder's code, and a panic in it must not

@@ -61,6 +61,9 @@ pub struct BatchOptions {
     /// Answers this batch's asks instead of the kernel's approver (a gateway asks the client
     /// that sent the call).
     pub approver: Option<Arc<dyn Approver>>,
+    /// The client's W3C `traceparent`: the batch's calls carry its trace on to the services they
+    /// call (a pack's `traceparent` header). Ignored when it does not parse.
+    pub traceparent: Option<String>,
 }
 
 impl std::fmt::Debug for BatchOptions {
@@ -71,6 +74,7 @@ impl std::fmt::Debug for BatchOptions {
             .field("origin", &self.origin)
             .field("observer", &self.observer.is_some())
             .field("approver", &self.approver.is_some())
+            .field("traceparent", &self.traceparent)
             .finish()
     }
 }
@@ -98,6 +102,12 @@ impl BatchOptions {
     /// still applies).
     pub fn with_approver(mut self, approver: Arc<dyn Approver>) -> Self {
         self.approver = Some(approver);
+        self
+    }
+
+    /// These options with the client's W3C trace context (see [`BatchOptions::traceparent`]).
+    pub fn with_traceparent(mut self, traceparent: &str) -> Self {
+        self.traceparent = Some(traceparent.to_owned());
         self
     }
 

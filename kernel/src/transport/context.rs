@@ -122,6 +122,13 @@ pub(crate) struct ContextInner {
     pub(crate) handed_out: Mutex<Vec<String>>,
     /// The call's admission number in a shared conflict domain.
     pub(crate) fencing_token: Option<u64>,
+    /// When the kernel stops waiting for the handler (its `limits.cpuMs`, else the kernel's
+    /// default timeout).
+    pub(crate) deadline: Option<tokio::time::Instant>,
+    /// The call's W3C trace context as its batch's observer gave it.
+    pub(crate) traceparent: Option<String>,
+    /// The trace of the call's batch (the call's `traceparent` derives from it otherwise).
+    pub(crate) trace: Option<Arc<super::trace::BatchTrace>>,
 }
 
 /// The names a manifest declares, by kind.
@@ -179,6 +186,9 @@ impl ToolContext {
                 provisions,
                 handed_out: Mutex::new(Vec::new()),
                 fencing_token: None,
+                deadline: None,
+                traceparent: None,
+                trace: None,
             }),
         }
     }
@@ -189,6 +199,39 @@ impl ToolContext {
             inner.fencing_token = token;
         }
         self
+    }
+
+    /// This context with the call's deadline and trace context, set before the handler starts.
+    pub(crate) fn with_run(
+        mut self,
+        deadline: Option<tokio::time::Instant>,
+        traceparent: Option<String>,
+        trace: Arc<super::trace::BatchTrace>,
+    ) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.deadline = deadline;
+            inner.traceparent = traceparent;
+            inner.trace = Some(trace);
+        }
+        self
+    }
+
+    /// When the kernel stops waiting for this call (its tool's `limits.cpuMs`, else the kernel's
+    /// default timeout), on tokio's clock; `None` when it waits as long as it takes. A handler
+    /// that calls a service passes the time left on (a pack's `kindgi-timeout-ms`).
+    pub fn deadline(&self) -> Option<tokio::time::Instant> {
+        self.inner.deadline
+    }
+
+    /// The call's W3C trace context, `00-<trace id>-<span id>-<flags>`, for a handler to send
+    /// on as `traceparent`: the call's own span when its gateway exports spans, else a span id
+    /// of the call's under its batch's trace (the client's `traceparent` when it sent one, else
+    /// a trace id of the batch's own). `None` for a context made outside a kernel.
+    pub fn traceparent(&self) -> Option<String> {
+        if let Some(tp) = &self.inner.traceparent {
+            return Some(tp.clone());
+        }
+        Some(self.inner.trace.as_ref()?.for_call(&self.inner.call_id))
     }
 
     /// The call's fencing token when the kernel runs on a shared conflict domain: its admission

@@ -140,7 +140,7 @@ pub fn judge(
 /// The one HTTP client of outgoing requests: rustls, no redirects, no proxy unless opted in, and
 /// a resolver that refuses names resolving to metadata addresses and pins the connection to the
 /// addresses it checked.
-#[cfg(any(feature = "http", feature = "mcp"))]
+#[cfg(any(feature = "http", feature = "mcp", feature = "pack"))]
 pub fn client(options: EgressOptions) -> Result<reqwest::Client, String> {
     let mut builder = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -157,13 +157,13 @@ pub fn client(options: EgressOptions) -> Result<reqwest::Client, String> {
 
 /// Resolves a name once, refuses it when any address is a metadata address, and hands the
 /// checked addresses to the connector (which connects to one of them and looks nothing up).
-#[cfg(any(feature = "http", feature = "mcp"))]
+#[cfg(any(feature = "http", feature = "mcp", feature = "pack"))]
 #[derive(Debug)]
 struct GuardedResolver {
     allow_metadata: bool,
 }
 
-#[cfg(any(feature = "http", feature = "mcp"))]
+#[cfg(any(feature = "http", feature = "mcp", feature = "pack"))]
 impl reqwest::dns::Resolve for GuardedResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
         let host = name.as_str().to_owned();

@@ -52,12 +52,16 @@ mod handler;
 pub mod http;
 #[cfg(feature = "mcp")]
 pub mod mcp;
+#[cfg(feature = "pack")]
+pub mod pack;
 mod registry;
 pub(crate) mod resolve;
 mod synth;
+mod trace;
 
 pub(crate) use context::Provisions;
 pub use context::{ContextError, EnvSecrets, SecretResolver, ToolContext};
 pub use handler::{handler, Handler, HandlerFuture, SpecSynthesizer, ToolError};
 pub use registry::{AccessInput, TenantScope, Tool, ToolRegistry, Version};
 pub use synth::Synthesizers;
+pub(crate) use trace::BatchTrace;

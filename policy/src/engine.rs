@@ -205,6 +205,11 @@ impl CompiledTenant {
         } else {
             Mode::AskOnFirstUse
         };
+        self.tightened(tool, own)
+    }
+
+    /// `own`, tightened by every `hitl` entry matching `tool`.
+    fn tightened(&self, tool: &str, own: Mode) -> Mode {
         self.policy
             .hitl
             .iter()
@@ -395,7 +400,13 @@ impl PolicyEngine {
                 by: DecidedBy::Pure,
             })
         };
-        let mode = t.mode(tool_id, tool.is_read_only());
+        // A pack tool marked `needsApprovalWhenUnattended` waits for a person in a run no person
+        // started; Sluice cannot tell who started a run, so it always asks (docs/packs.md).
+        let mode = if tool.needs_approval_when_unattended() {
+            t.tightened(tool_id, Mode::AlwaysAsk)
+        } else {
+            t.mode(tool_id, tool.is_read_only())
+        };
         self.with_mode(tenant, tool_id, access, mode)
     }
 
@@ -488,5 +499,42 @@ impl Authorizer for PolicyEngine {
     /// policy does not know ([`PolicyEngine::tool_denied`]).
     fn hides(&self, tenant: &str, tool: &str) -> bool {
         self.tool_denied(tenant, tool)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use sluice_kernel::model::Manifest;
+
+    /// A pack tool marked `needsApprovalWhenUnattended` (kept in `metadata.kindgi`) is asked
+    /// every time, even read-only and after a first-use approval; a `hitl` entry cannot loosen it.
+    #[test]
+    fn needs_approval_when_unattended_always_asks() {
+        let doc = crate::PolicyDocument::from_value(&json!({"tenants": {"acme": {
+            "default": "allow", "hitl": {"ledger.*": "never_ask"}}}}))
+        .unwrap();
+        let engine = PolicyEngine::new(doc);
+        let tool = |flag: bool| {
+            Manifest::from_value(json!({"id": "ledger.balance", "description": "d",
+                "version": "1.0.0", "input": {}, "output": {}, "mutating": false,
+                "metadata": {"kindgi": {"needsApprovalWhenUnattended": flag}}}))
+            .unwrap()
+        };
+        let marked = engine.decide("acme", &tool(true), &[]);
+        assert_eq!(
+            (marked.decision, marked.by),
+            (Decision::Ask, DecidedBy::mode("always_ask"))
+        );
+        sluice_kernel::authorize::Authorizer::remember_approval(&engine, "acme", "ledger.balance");
+        assert_eq!(
+            engine.decide("acme", &tool(true), &[]).decision,
+            Decision::Ask
+        );
+        assert_eq!(
+            engine.decide("acme", &tool(false), &[]).decision,
+            Decision::Allow
+        );
     }
 }

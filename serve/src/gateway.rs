@@ -231,6 +231,10 @@ impl Gateway {
         if let Some(a) = caller.approver {
             options = options.with_approver(a);
         }
+        // The client's trace travels on with the calls (a pack's `traceparent`).
+        if let Some(tp) = &caller.traceparent {
+            options = options.with_traceparent(tp);
+        }
         let watch = watch::Watch::new(caller.progress, self.options.telemetry.clone());
         options = options.with_observer(watch.clone());
         let mut handle = self.kernel.open_with(tenant, options)?;

@@ -178,6 +178,17 @@ impl CallSpan {
         );
     }
 
+    /// Its W3C `traceparent`.
+    pub(crate) fn traceparent(&self) -> String {
+        let cx = self.span.span_context();
+        format!(
+            "00-{}-{}-{:02x}",
+            cx.trace_id(),
+            cx.span_id(),
+            cx.trace_flags().to_u8()
+        )
+    }
+
     /// Marks the start of its handler.
     pub(crate) fn started(&mut self) {
         self.span.add_event("sluice.started", Vec::new());

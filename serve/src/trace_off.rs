@@ -83,6 +83,10 @@ impl CallSpan {
         match self.never {}
     }
 
+    pub(crate) fn traceparent(&self) -> String {
+        match self.never {}
+    }
+
     pub(crate) fn end(self, _result: &CallResult) {
         match self.never {}
     }

@@ -94,6 +94,12 @@ impl CallObserver for Watch {
         }
     }
 
+    /// The call's own span, when spans are exported: a service the call reaches continues it.
+    fn traceparent(&self, call: &Call) -> Option<String> {
+        self.trace.as_ref()?;
+        self.lock_spans().get(&call.id).map(CallSpan::traceparent)
+    }
+
     fn started(&self, call: &Call) {
         if self.trace.is_some() {
             if let Some(span) = self.lock_spans().get_mut(&call.id) {

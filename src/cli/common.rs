@@ -6,13 +6,15 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde_json::Value;
 use sluice::kernel::builtin::{self, BuiltinConfig, KvStore};
-use sluice::kernel::model::{parse_json, read_manifests};
+use std::sync::Arc;
+
+use sluice::kernel::model::{parse_json, read_manifests, PackIndex};
 use sluice::kernel::run::{Kernel, KernelBuilder};
-#[cfg(feature = "mcp")]
 use sluice::kernel::transport::egress::EgressOptions;
 use sluice::kernel::transport::http::{HttpOptions, HttpSynthesizer};
 #[cfg(feature = "mcp")]
 use sluice::kernel::transport::mcp::McpOptions;
+use sluice::kernel::transport::pack::{PackOptions, PackService, PackToken};
 use sluice::kernel::transport::{EnvSecrets, ToolRegistry};
 use sluice::kernel::Batch;
 use sluice::provenance::{CheckpointOptions, Durability, LogOptions, ProvenanceLog};
@@ -36,16 +38,156 @@ pub(crate) struct BatchInput {
     /// `ID@VERSION=URI`, URI `mcp+stdio://…`, `mcp+http://…` or `mcp+sse://…` (repeatable).
     #[arg(long = "mcp-endpoint", value_name = "ID=URI")]
     pub(crate) mcp_endpoint: Vec<String>,
+    #[command(flatten)]
+    pub(crate) packs: PackArgs,
 }
 
 impl BatchInput {
-    /// The built-in tools (fs confined to the root) and the manifests under `--tools`, with the
-    /// `--mcp-endpoint` bindings.
-    pub(crate) fn registry(&self) -> anyhow::Result<ToolRegistry> {
+    /// The built-in tools (fs confined to the root), the manifests under `--tools` with the
+    /// `--mcp-endpoint` bindings, and each `--pack`'s tools (carried out by its service when
+    /// `online`; `plan` reads the index only).
+    pub(crate) fn registry(
+        &self,
+        online: Option<bool>,
+    ) -> anyhow::Result<(ToolRegistry, Vec<Arc<PackService>>)> {
         let mut registry = load_tools(&self.tools, self.root.as_deref(), KvStore::new())?;
         bind_endpoints(&mut registry, &self.mcp_endpoint)?;
-        Ok(registry)
+        let packs = self.packs.register(&mut registry, online)?;
+        Ok((registry, packs))
     }
+}
+
+/// `--pack INDEX=URL`: the Kindgi packs whose tools a command loads (docs/packs.md).
+#[derive(Debug, Default, clap::Args)]
+pub(crate) struct PackArgs {
+    /// A Kindgi pack: its index (`python -m kindgi.pack index` writes it) and the URL of its pack
+    /// service, `INDEX=URL`, the token read from `KINDGI_PACK_SERVICE_TOKEN`, or
+    /// `INDEX=URL,token-env=NAME` to read it from NAME (repeatable). `validate`, `tools` and
+    /// `plan` read the index only and take `INDEX` alone too.
+    #[arg(long = "pack", value_name = "INDEX=URL")]
+    pub(crate) pack: Vec<String>,
+}
+
+/// One `--pack`, parsed.
+#[derive(Debug)]
+pub(crate) struct PackSpec {
+    pub(crate) index: PathBuf,
+    pub(crate) url: Option<String>,
+    pub(crate) token_env: String,
+}
+
+impl PackSpec {
+    pub(crate) fn parse(text: &str) -> anyhow::Result<Self> {
+        let usage = |why: &str| -> anyhow::Error {
+            Failure {
+                code: 2,
+                message: format!(
+                    "`--pack {text}`: {why}; expected INDEX=URL or INDEX=URL,token-env=NAME, \
+                     e.g. --pack ledger/index.json=http://127.0.0.1:8080"
+                ),
+            }
+            .into()
+        };
+        let (index, rest) = match text.split_once('=') {
+            Some((i, r)) => (i.trim(), Some(r.trim())),
+            None => (text.trim(), None),
+        };
+        if index.is_empty() {
+            return Err(usage("the index path is empty"));
+        }
+        let (url, token_env) = match rest {
+            None => (None, sluice::kernel::transport::pack::TOKEN_ENV.to_owned()),
+            Some(r) => match r.rsplit_once(",token-env=") {
+                Some((u, env)) if !env.trim().is_empty() => (Some(u.trim()), env.trim().to_owned()),
+                Some(_) => return Err(usage("`token-env=` names no variable")),
+                None => (
+                    Some(r),
+                    sluice::kernel::transport::pack::TOKEN_ENV.to_owned(),
+                ),
+            },
+        };
+        if url.is_some_and(str::is_empty) {
+            return Err(usage("the URL is empty"));
+        }
+        Ok(PackSpec {
+            index: PathBuf::from(index),
+            url: url.map(str::to_owned),
+            token_env,
+        })
+    }
+}
+
+impl PackArgs {
+    /// Registers every pack's tools. `online: None` reads the indexes only (the tools cannot
+    /// run); `Some(proxy_from_env)` makes each pack's service (a URL and a token are required)
+    /// and returns them, for [`check_packs`].
+    pub(crate) fn register(
+        &self,
+        registry: &mut ToolRegistry,
+        online: Option<bool>,
+    ) -> anyhow::Result<Vec<Arc<PackService>>> {
+        let mut services = Vec::new();
+        for text in &self.pack {
+            let spec = PackSpec::parse(text)?;
+            let index = PackIndex::read(&spec.index)?;
+            let Some(proxy_from_env) = online else {
+                for raw in index.tools {
+                    registry.insert_raw(raw)?;
+                }
+                continue;
+            };
+            let Some(url) = &spec.url else {
+                return Err(Failure {
+                    code: 2,
+                    message: format!(
+                        "`--pack {text}`: name the pack service's URL to run its tools \
+                         (--pack {}=http://HOST:PORT)",
+                        spec.index.display()
+                    ),
+                }
+                .into());
+            };
+            let token =
+                PackToken::from_env(&index.pack_id, &spec.token_env).map_err(|e| Failure {
+                    code: 2,
+                    message: format!("--pack: {e}"),
+                })?;
+            let options = PackOptions::default()
+                .with_egress(EgressOptions::default().with_proxy_from_env(proxy_from_env));
+            let service = PackService::new(&index, url, token, options).map_err(|e| Failure {
+                code: 2,
+                message: format!("--pack: {e}"),
+            })?;
+            service.register(&index, registry)?;
+            services.push(service);
+        }
+        Ok(services)
+    }
+}
+
+/// Checks each pack service against its index (`GET /v1/info`) before anything runs: a service
+/// that serves another pack, tool or version (or refuses the token) is exit 1; one that cannot be
+/// reached is a warning (its calls fail `pack-unavailable` until it is back, then work).
+pub(crate) async fn check_packs(services: &[Arc<PackService>]) -> anyhow::Result<()> {
+    for service in services {
+        match service.check().await {
+            Ok(()) => {}
+            Err(e @ sluice::kernel::Error::PackUnavailable { .. }) => {
+                eprintln!(
+                    "sluice: warning: {e}; its tools' calls fail `pack-unavailable` until it is \
+                     back"
+                );
+            }
+            Err(e) => {
+                return Err(Failure {
+                    code: 1,
+                    message: format!("--pack: {e}"),
+                }
+                .into())
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Applies `--mcp-endpoint ID=URI` bindings.

@@ -36,7 +36,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(super::policy::load)
         .transpose()?;
-    let registry = args.input.registry()?;
+    let (registry, _) = args.input.registry(None)?;
     let batch = read_batch(&args.input.batch)?;
     let plan = Plan::new(&registry, &Normalizers::default(), batch);
     if let Some((call, rejection)) = plan.first_rejection() {

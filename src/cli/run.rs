@@ -133,7 +133,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(super::policy::load)
         .transpose()?;
-    let registry = args.input.registry()?;
+    let (registry, packs) = args.input.registry(Some(args.proxy_from_env))?;
     let names = ToolNames::new(&registry)?;
     let batch = match args.batch_format.api() {
         None => read_batch(&args.input.batch)?,
@@ -170,6 +170,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(d) = &domain {
         builder = builder.shared_domain(d.clone());
     }
+    runtime.block_on(super::common::check_packs(&packs))?;
     let kernel = {
         let _inside = runtime.enter();
         builder.build()?

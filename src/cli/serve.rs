@@ -29,6 +29,8 @@ pub(crate) struct Args {
     /// Binds an MCP endpoint to an MCP tool whose manifest names none: `ID=URI` (repeatable).
     #[arg(long = "mcp-endpoint", value_name = "ID=URI")]
     mcp_endpoint: Vec<String>,
+    #[command(flatten)]
+    packs: super::common::PackArgs,
     /// Where to listen: MCP at `/mcp`, the batch API under `/v1/`, `/healthz`, `/metrics`. Port
     /// 0 picks a free port; the first line on stdout says which.
     #[arg(long, default_value = "127.0.0.1:7878", conflicts_with = "stdio")]
@@ -169,6 +171,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let mut registry = load_tools(&args.tools, root, KvStore::new())?;
     bind_endpoints(&mut registry, &args.mcp_endpoint)?;
+    let packs = args
+        .packs
+        .register(&mut registry, Some(args.proxy_from_env))?;
     let mut builder =
         super::common::kernel_builder(registry, args.max_concurrency, args.proxy_from_env)?;
     let engine = engine.map(Arc::new);
@@ -201,6 +206,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(d) = &domain {
         builder = builder.shared_domain(d.clone());
     }
+    runtime.block_on(super::common::check_packs(&packs))?;
     let kernel = builder.build()?;
     let options = GatewayOptions::default()
         .with_token_file(tokens)

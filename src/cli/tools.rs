@@ -31,6 +31,8 @@ pub(crate) struct Args {
     /// Binds an MCP endpoint to an MCP tool whose manifest names none: `ID=URI` (repeatable).
     #[arg(long = "mcp-endpoint", value_name = "ID=URI")]
     mcp_endpoint: Vec<String>,
+    #[command(flatten)]
+    packs: super::common::PackArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -47,6 +49,7 @@ enum ToolsFormat {
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut registry = load_tools(&args.tools, None, KvStore::new())?;
     bind_endpoints(&mut registry, &args.mcp_endpoint)?;
+    args.packs.register(&mut registry, None)?;
     let names = ToolNames::new(&registry)?;
     let options = ExportOptions::default()
         .with_all_versions(args.all_versions)

@@ -21,9 +21,14 @@ pub(crate) struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     format: TextOrJson,
-    /// Manifest files or directories of *.json manifests.
-    #[arg(required = true)]
+    /// Manifest files, directories of *.json manifests, or Kindgi pack indexes (each tool entry
+    /// judged as a manifest).
+    #[arg(required_unless_present = "pack")]
     paths: Vec<PathBuf>,
+    /// A Kindgi pack's index to judge, `INDEX` or `INDEX=URL` as `run` takes it (the service is
+    /// not contacted; repeatable).
+    #[arg(long = "pack", value_name = "INDEX[=URL]")]
+    pack: Vec<String>,
 }
 
 struct Entry {
@@ -37,7 +42,11 @@ struct Entry {
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let options = ValidateOptions::default().with_production(args.production);
     let mut entries: Vec<Entry> = Vec::new();
-    for path in &args.paths {
+    let mut paths = args.paths.clone();
+    for p in &args.pack {
+        paths.push(super::common::PackSpec::parse(p)?.index);
+    }
+    for path in &paths {
         let raws = match read_manifests(path) {
             Ok(r) => r,
             Err(sluice::kernel::Error::NotJson { path, message, .. }) => {

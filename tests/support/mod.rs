@@ -5,6 +5,7 @@ pub mod gateway;
 pub mod http_server;
 pub mod mcp;
 pub mod otlp;
+pub mod pack;
 pub mod postgres;
 pub mod python;
 pub mod scale;

@@ -41,11 +41,14 @@ use serde_json::Value;
 use sluice_kernel::adapters::{report, Api, ExportOptions, IngestOptions, ToolNames};
 use sluice_kernel::authorize::{ApprovalFuture, ApprovalOutcome, ApprovalRequest, Approver};
 use sluice_kernel::builtin::{self, BuiltinConfig};
-use sluice_kernel::model::{self, ManifestSource, ValidateOptions};
+use sluice_kernel::model::{self, ManifestSource, PackIndex, ValidateOptions};
 use sluice_kernel::run::{
     BatchOptions, BatchResult, CallObserver, CallResult, Kernel as RustKernel, Waiting,
 };
-use sluice_kernel::transport::{Handler, HandlerFuture, Tool, ToolContext, ToolError};
+use sluice_kernel::transport::pack::{PackOptions, PackService, PackToken};
+use sluice_kernel::transport::{
+    Handler, HandlerFuture, Tool, ToolContext, ToolError, ToolRegistry,
+};
 use sluice_kernel::{Batch, Call, Error};
 use sluice_policy::PolicyEngine;
 use sluice_provenance::{Durability, ProvenanceLog};
@@ -495,7 +498,13 @@ impl PyKernel {
     ///
     /// `durability` is the log's: `durable` (the default) or `buffered` (faster: records reach
     /// the disk at each flush, before a checkpoint, and when the log closes).
-    #[pyo3(signature = (tools, start, cancel, deliver, root=None, policy=None, provenance=None, timeout_ms=None, approver=None, durability="durable"))]
+    ///
+    /// `packs` are Kindgi packs, `(index, url, token, token_env)`: every tool of the index runs
+    /// through the pack service at `url` (the token given, else read from `token_env`). Each
+    /// service is checked against its index now (`GET /v1/info`): one that serves another pack,
+    /// tool or version, or refuses the token, raises `ValueError`; one that cannot be reached is
+    /// let be (its calls fail `pack-unavailable` until it is back).
+    #[pyo3(signature = (tools, start, cancel, deliver, root=None, policy=None, provenance=None, timeout_ms=None, approver=None, durability="durable", packs=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -509,6 +518,7 @@ impl PyKernel {
         timeout_ms: Option<u64>,
         approver: Option<Py<PyAny>>,
         durability: &str,
+        packs: Vec<(PathBuf, String, Option<String>, String)>,
     ) -> PyResult<Self> {
         let durability = match durability {
             "durable" => Durability::Durable,
@@ -579,9 +589,35 @@ impl PyKernel {
             let tool = Tool::new(manifest, source, Some(Arc::new(handler))).map_err(value_error)?;
             builder = builder.tool(tool);
         }
+        let mut services = Vec::new();
+        for (index, url, token, token_env) in packs {
+            let index = PackIndex::read(&index).map_err(value_error)?;
+            let token = match token {
+                Some(t) => PackToken::new(&t),
+                None => PackToken::from_env(&index.pack_id, &token_env).map_err(value_error)?,
+            };
+            let service = {
+                let _runtime = runtime::runtime().enter();
+                PackService::new(&index, &url, token, PackOptions::default())
+                    .map_err(value_error)?
+            };
+            let mut registry = ToolRegistry::new();
+            service
+                .register(&index, &mut registry)
+                .map_err(value_error)?;
+            builder = builder.tools(registry);
+            services.push(service);
+        }
         let kernel = py
             .detach(|| {
-                let _runtime = runtime::runtime().enter();
+                let runtime = runtime::runtime();
+                let _inside = runtime.enter();
+                for service in &services {
+                    match runtime.block_on(service.check()) {
+                        Ok(()) | Err(Error::PackUnavailable { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
                 builder.build()
             })
             .map_err(value_error)?;

@@ -22,12 +22,22 @@ import inspect
 import json
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import _native
 
-__all__ = ["Batch", "Builtin", "Context", "Kernel", "Tool", "ToolError", "builtin", "tool"]
+__all__ = [
+    "Batch",
+    "Builtin",
+    "Context",
+    "Kernel",
+    "Pack",
+    "Tool",
+    "ToolError",
+    "builtin",
+    "tool",
+]
 
 
 class ToolError(Exception):
@@ -225,6 +235,22 @@ class Builtin:
     root: str
 
 
+@dataclass(frozen=True)
+class Pack:
+    """A Kindgi pack: every tool of its index (`python -m kindgi.pack index`) runs through its
+    pack service at `url`, ordered and authorized by the effects its author declared.
+
+    The service's token is `token`, else the environment variable `token_env`; it is never shown
+    (not in `repr`, errors or results). The kernel checks the service against the index when it
+    is made: one that serves another pack, tool or version raises `ValueError`.
+    """
+
+    index: str | os.PathLike[str]
+    url: str
+    token: str | None = field(default=None, repr=False)
+    token_env: str = "KINDGI_PACK_SERVICE_TOKEN"
+
+
 def builtin(root: str | os.PathLike[str] = ".") -> list[Builtin]:
     """The built-in tools, to list among a kernel's tools (`[*sluice.builtin(root=".")]`)."""
     return [Builtin(os.fspath(root))]
@@ -285,7 +311,7 @@ def _cancel(settle: Any) -> None:
         task.cancel()
 
 
-ToolLike = Tool | Builtin | Any  # Any: a `kindgi.tool`
+ToolLike = Tool | Builtin | Pack | Any  # Any: a `kindgi.tool`
 
 
 def _approver(
@@ -383,17 +409,21 @@ class Kernel:
         durability: str = "durable",
     ) -> None:
         mine: list[Tool] = []
+        packs: list[tuple[str, str, str | None, str]] = []
         root: str | None = None
         for t in tools:
             if isinstance(t, Builtin):
                 root = t.root
+            elif isinstance(t, Pack):
+                packs.append((os.fspath(t.index), t.url, t.token, t.token_env))
             elif isinstance(t, Tool):
                 mine.append(t)
             elif _is_kindgi_tool(t):
                 mine.append(_KindgiTool(t))
             else:
                 raise TypeError(
-                    f"not a tool: {t!r} (make one with @sluice.tool, sluice.Tool or kindgi.tool)"
+                    f"not a tool: {t!r} (make one with @sluice.tool, sluice.Tool, kindgi.tool "
+                    "or sluice.Pack)"
                 )
         self._tools = {t.id: t for t in mine}
         self._native = _native.Kernel(
@@ -407,6 +437,7 @@ class Kernel:
             None if timeout is None else max(1, round(timeout * 1000)),
             None if approver is None else _approver(approver),
             durability,
+            packs,
         )
 
     async def run(

@@ -25,6 +25,7 @@ class Kernel:
         timeout_ms: int | None = None,
         approver: Callable[[str, str], Awaitable[str]] | None = None,
         durability: str = "durable",
+        packs: list[tuple[str, str, str | None, str]] = ...,
     ) -> None: ...
     def run(self, batch: str, event_loop: Any, future: Any) -> Canceller: ...
     def run_response(

@@ -23,14 +23,41 @@ use sluice_kernel::{Batch, CallResult, Error};
 use support::pack::{self, Service, TOKEN};
 use support::{sluice, temp_dir};
 
-/// A kernel whose tools are the pack's, carried out by the service at `url`.
-fn kernel_of(index: &std::path::Path, url: &str) -> (Kernel, Arc<PackService>) {
+/// A kernel whose tools are the pack's, carried out by the service at `url` (the secret
+/// `ECHO_KEY` resolves to `k-123`).
+fn kernel_with(
+    index: &std::path::Path,
+    url: &str,
+    options: PackOptions,
+) -> (Kernel, Arc<PackService>) {
     let index = PackIndex::read(index).unwrap();
-    let service =
-        PackService::new(&index, url, PackToken::new(TOKEN), PackOptions::default()).unwrap();
+    let service = PackService::new(&index, url, PackToken::new(TOKEN), options).unwrap();
     let mut registry = ToolRegistry::new();
-    assert_eq!(service.register(&index, &mut registry).unwrap(), 5);
-    (Kernel::builder().tools(registry).build().unwrap(), service)
+    assert_eq!(
+        service.register(&index, &mut registry).unwrap(),
+        index.tools.len()
+    );
+    let kernel = Kernel::builder()
+        .tools(registry)
+        .secrets(|_t: &str, name: &str, _e: Option<&str>| {
+            (name == "ECHO_KEY").then(|| "k-123".to_owned())
+        })
+        .build()
+        .unwrap();
+    (kernel, service)
+}
+
+fn kernel_of(index: &std::path::Path, url: &str) -> (Kernel, Arc<PackService>) {
+    kernel_with(index, url, PackOptions::default())
+}
+
+/// The tests' pack written under a new folder `name`, served, and a kernel in front of it.
+fn ledger(name: &str) -> (std::path::PathBuf, Service, Kernel) {
+    let dir = temp_dir(name);
+    let index = pack::write_pack(&dir, "1.0.0");
+    let service = Service::start(&index, pack::free_port());
+    let (kernel, _) = kernel_of(&index, &service.url());
+    (dir, service, kernel)
 }
 
 fn batch(calls: Value) -> Batch {
@@ -148,10 +175,7 @@ async fn conflicting_writes_are_ordered_and_none_lost_where_the_bare_service_los
 /// answered with Sluice's code and the pack's own code and message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_packs_errors_keep_their_code_and_message() {
-    let dir = temp_dir("pack-errors");
-    let index = pack::write_pack(&dir, "1.0.0");
-    let service = Service::start(&index, pack::free_port());
-    let (kernel, _) = kernel_of(&index, &service.url());
+    let (_dir, _service, kernel) = ledger("pack-errors");
     let result = kernel
         .run(batch(json!([
             {"id": "frozen", "tool": "ledger.deposit", "input": {"account": "frozen-7", "cents": 1}},
@@ -186,10 +210,7 @@ async fn the_packs_errors_keep_their_code_and_message() {
 /// request, and its idempotency key, the same key the provenance log names.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_handler_sees_the_calls_tenant_batch_and_key() {
-    let dir = temp_dir("pack-ctx");
-    let index = pack::write_pack(&dir, "1.0.0");
-    let service = Service::start(&index, pack::free_port());
-    let (kernel, _) = kernel_of(&index, &service.url());
+    let (_dir, _service, kernel) = ledger("pack-ctx");
     let mut handle = kernel.open("acme").unwrap();
     handle
         .submit(sluice_kernel::Call::new("p1", "ledger.probe", json!({})))
@@ -211,10 +232,7 @@ async fn the_handler_sees_the_calls_tenant_batch_and_key() {
 /// batch is cancelled while it runs ends `cancelled`, and the handler sees `cancelled`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deadline_and_a_cancellation_reach_the_handler() {
-    let dir = temp_dir("pack-cancel");
-    let index = pack::write_pack(&dir, "1.0.0");
-    let service = Service::start(&index, pack::free_port());
-    let (kernel, _) = kernel_of(&index, &service.url());
+    let (dir, _service, kernel) = ledger("pack-cancel");
 
     let result = kernel
         .run(batch(
@@ -590,18 +608,7 @@ async fn each_invoke_carries_the_protocols_headers_and_overload_is_retried() {
     let dir = temp_dir("pack-headers");
     let (index_path, info) = scripted_index(&dir);
     let (url, seen) = scripted(info.clone(), 2, false).await;
-    let index = PackIndex::read(&index_path).unwrap();
-    let service =
-        PackService::new(&index, &url, PackToken::new(TOKEN), PackOptions::default()).unwrap();
-    let mut registry = ToolRegistry::new();
-    service.register(&index, &mut registry).unwrap();
-    let kernel = Kernel::builder()
-        .tools(registry)
-        .secrets(|_t: &str, name: &str, _e: Option<&str>| {
-            (name == "ECHO_KEY").then(|| "k-123".to_owned())
-        })
-        .build()
-        .unwrap();
+    let (kernel, _) = kernel_of(&index_path, &url);
     let client_trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let mut handle = kernel
         .open_with(
@@ -647,15 +654,7 @@ async fn each_invoke_carries_the_protocols_headers_and_overload_is_retried() {
 
     // A service that refuses the token and echoes it back: the token never reaches the result.
     let (url, _) = scripted(info, 0, true).await;
-    let service =
-        PackService::new(&index, &url, PackToken::new(TOKEN), PackOptions::default()).unwrap();
-    let mut registry = ToolRegistry::new();
-    service.register(&index, &mut registry).unwrap();
-    let kernel = Kernel::builder()
-        .tools(registry)
-        .secrets(|_t: &str, _n: &str, _e: Option<&str>| Some("k-123".to_owned()))
-        .build()
-        .unwrap();
+    let (kernel, _) = kernel_of(&index_path, &url);
     let r = kernel
         .run(batch(json!([{"id": "c", "tool": "echo.it", "input": {}}])))
         .await
@@ -683,12 +682,8 @@ async fn overload_past_the_budget_fails_saying_so() {
     let info =
         json!({"protocol": 2, "packId": "echo", "tools": [{"id": "echo.it", "version": "1.0.0"}]});
     let (url, seen) = scripted(info, usize::MAX, false).await;
-    let index = PackIndex::read(&index_path).unwrap();
     let options = PackOptions::default().with_retry_budget(std::time::Duration::from_millis(300));
-    let service = PackService::new(&index, &url, PackToken::new(TOKEN), options).unwrap();
-    let mut registry = ToolRegistry::new();
-    service.register(&index, &mut registry).unwrap();
-    let kernel = Kernel::builder().tools(registry).build().unwrap();
+    let (kernel, _) = kernel_with(&index_path, &url, options);
     let r = kernel
         .run(batch(json!([{"id": "c", "tool": "echo.it", "input": {}}])))
         .await

@@ -243,6 +243,30 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// `python -m kindgi.pack` with `TCP_NODELAY` on the service's sockets: kindgi 0.1.10 makes its
+/// listening socket with protocol 0, and asyncio sets `TCP_NODELAY` only on sockets whose
+/// protocol is TCP's, so a response's body waits for the client's delayed ACK of its headers
+/// (40 ms on Linux, on every call of a keep-alive connection used back to back). The benchmark
+/// measures both (docs/performance.md, docs/packs.md).
+pub const NODELAY_LAUNCHER: &str = r#"import runpy
+import socket
+import sys
+
+_Socket = socket.socket
+
+
+class _TcpSocket(_Socket):
+    def __init__(self, family=-1, type=-1, proto=-1, fileno=None):
+        if fileno is None and type == socket.SOCK_STREAM and proto in (-1, 0):
+            proto = socket.IPPROTO_TCP
+        super().__init__(family, type, proto, fileno)
+
+
+socket.socket = _TcpSocket
+sys.argv = ["kindgi.pack", *sys.argv[1:]]
+runpy.run_module("kindgi.pack", run_name="__main__")
+"#;
+
 /// A pack service (`python -m kindgi.pack serve`); stopped when dropped.
 pub struct Service {
     child: Child,
@@ -252,8 +276,22 @@ pub struct Service {
 impl Service {
     /// Serves `index` on `port` with [`TOKEN`], once `/readyz` answers 200.
     pub fn start(index: &Path, port: u16) -> Service {
-        let mut child = python()
-            .args(["-m", "kindgi.pack", "serve", "--index"])
+        Self::start_with(index, port, false)
+    }
+
+    /// [`Service::start`], with `TCP_NODELAY` on the service's sockets when `nodelay`
+    /// ([`NODELAY_LAUNCHER`]).
+    pub fn start_with(index: &Path, port: u16, nodelay: bool) -> Service {
+        let mut cmd = python();
+        if nodelay {
+            let launcher = index.with_file_name("nodelay_launcher.py");
+            std::fs::write(&launcher, NODELAY_LAUNCHER).unwrap();
+            cmd.arg(launcher);
+        } else {
+            cmd.args(["-m", "kindgi.pack"]);
+        }
+        let mut child = cmd
+            .args(["serve", "--index"])
             .arg(index)
             .args(["--host", "127.0.0.1"])
             .env("KINDGI_PACK_SERVICE_TOKEN", TOKEN)

@@ -22,8 +22,9 @@ use sluice_kernel::provenance::{BatchRecord, Record};
 use sluice_provenance::chain;
 
 /// The targets, by name (as `fuzz/fuzz_targets/<name>.rs` and the corpus folders name them).
-pub const TARGETS: [&str; 7] = [
+pub const TARGETS: [&str; 8] = [
     "manifest",
+    "pack_index",
     "pattern",
     "graph",
     "policy",
@@ -36,6 +37,7 @@ pub const TARGETS: [&str; 7] = [
 pub fn run(name: &str, data: &[u8]) {
     match name {
         "manifest" => manifest(data),
+        "pack_index" => pack_index(data),
         "pattern" => pattern(data),
         "graph" => graph(data),
         "policy" => policy(data),
@@ -64,6 +66,50 @@ pub fn manifest(data: &[u8]) {
             e.pointer.is_empty() || e.pointer.starts_with('/'),
             "a pointer is not a JSON pointer: {e:?}"
         );
+    }
+}
+
+/// Reading a Kindgi pack's index never panics; each tool entry comes out with the index's own
+/// fields lifted into `metadata.kindgi` beside the pack's id (unless its `metadata` is not an
+/// object, which the validator then names), its source pointing into `/tools`; and an entry the
+/// validator finds no error in is one the model takes.
+pub fn pack_index(data: &[u8]) {
+    let Ok(value) = serde_json::from_slice::<Value>(data) else {
+        return;
+    };
+    let path = std::path::Path::new("index.json");
+    let Ok(index) = sluice_kernel::model::PackIndex::from_value(path, value) else {
+        return;
+    };
+    for (i, raw) in index.tools.iter().enumerate() {
+        assert_eq!(raw.source.pointer, format!("/tools/{i}"));
+        let Some(entry) = raw.value.as_object() else {
+            continue;
+        };
+        let lifted = entry
+            .get("metadata")
+            .and_then(|m| m.get("kindgi"))
+            .and_then(Value::as_object);
+        if let Some(kindgi) = lifted {
+            assert_eq!(
+                kindgi.get("packId"),
+                Some(&Value::String(index.pack_id.clone()))
+            );
+            for field in sluice_kernel::model::INDEX_ONLY_FIELDS {
+                assert!(
+                    !entry.contains_key(field),
+                    "`{field}` left at the root: {entry:?}"
+                );
+            }
+        }
+        let report = sluice_kernel::model::validate(&raw.value, ValidateOptions::default());
+        if report.errors.is_empty() {
+            assert!(
+                Manifest::from_value(raw.value.clone()).is_ok(),
+                "validate found no error but the model refuses {}",
+                raw.value
+            );
+        }
     }
 }
 

@@ -194,7 +194,7 @@ impl BatchHandle {
         let id: Arc<str> = Arc::from(format!("b{:x}-{:08x}-{n}", now.as_millis(), kernel.nonce));
         let trace = Arc::new(crate::transport::BatchTrace::new(
             options.traceparent.as_deref(),
-            &id,
+            id.clone(),
         ));
         let info = Arc::new(BatchInfo {
             kernel: kernel.clone(),

@@ -11,13 +11,14 @@
 
 use sha2::{Digest, Sha256};
 
-/// The trace a batch's calls belong to.
+/// The trace a batch's calls belong to: the client's, else one derived from the batch's id when
+/// a handler first asks (opening a batch computes nothing).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct BatchTrace {
-    /// 32 lowercase hex digits, not all zero.
-    trace_id: String,
-    /// 2 hex digits (`01` sampled).
-    flags: String,
+    /// The batch's id.
+    batch: std::sync::Arc<str>,
+    /// The client's trace id (32 lowercase hex digits, not all zero) and flags (`01` sampled).
+    client: Option<(String, String)>,
 }
 
 /// The parts of a valid version-00 `traceparent`: (trace id, parent id, flags). `None` for
@@ -44,31 +45,34 @@ pub(crate) fn parse(traceparent: &str) -> Option<(&str, &str, &str)> {
 
 impl BatchTrace {
     /// The batch's trace: the client's (`traceparent`, when valid), else one of its own.
-    pub(crate) fn new(traceparent: Option<&str>, batch_id: &str) -> Self {
-        if let Some((trace, _, flags)) = traceparent.and_then(parse) {
-            return BatchTrace {
-                trace_id: trace.to_owned(),
-                flags: flags.to_owned(),
-            };
+    pub(crate) fn new(traceparent: Option<&str>, batch: std::sync::Arc<str>) -> Self {
+        let client = traceparent
+            .and_then(parse)
+            .map(|(trace, _, flags)| (trace.to_owned(), flags.to_owned()));
+        BatchTrace { batch, client }
+    }
+
+    /// The trace id and flags: the client's, else derived from the batch's id (not sampled).
+    fn trace(&self) -> (String, &str) {
+        if let Some((trace, flags)) = &self.client {
+            return (trace.clone(), flags);
         }
         let digest = Sha256::new()
             .chain_update(b"sluice-trace\0")
-            .chain_update(batch_id.as_bytes())
+            .chain_update(self.batch.as_bytes())
             .finalize();
         let mut trace_id = hex::encode(digest.get(..16).unwrap_or(&digest));
         if trace_id.bytes().all(|b| b == b'0') {
             trace_id.replace_range(31.., "1");
         }
-        BatchTrace {
-            trace_id,
-            flags: "00".into(),
-        }
+        (trace_id, "00")
     }
 
     /// A call's `traceparent`: the batch's trace, a span id of the call's.
     pub(crate) fn for_call(&self, call_id: &str) -> String {
+        let (trace_id, flags) = self.trace();
         let digest = Sha256::new()
-            .chain_update(self.trace_id.as_bytes())
+            .chain_update(trace_id.as_bytes())
             .chain_update(b"\0")
             .chain_update(call_id.as_bytes())
             .finalize();
@@ -76,7 +80,7 @@ impl BatchTrace {
         if span.bytes().all(|b| b == b'0') {
             span.replace_range(15.., "1");
         }
-        format!("00-{}-{span}-{}", self.trace_id, self.flags)
+        format!("00-{trace_id}-{span}-{flags}")
     }
 }
 
@@ -88,7 +92,7 @@ mod tests {
 
     #[test]
     fn a_client_trace_is_kept_and_each_call_gets_its_own_span() {
-        let t = BatchTrace::new(Some(TP), "b1");
+        let t = BatchTrace::new(Some(TP), "b1".into());
         let a = t.for_call("a");
         let b = t.for_call("b");
         let (trace, span, flags) = parse(&a).unwrap();
@@ -96,7 +100,7 @@ mod tests {
         assert_eq!(flags, "01");
         assert_ne!(span, "00f067aa0ba902b7");
         assert_ne!(a, b);
-        assert_eq!(a, BatchTrace::new(Some(TP), "b2").for_call("a"));
+        assert_eq!(a, BatchTrace::new(Some(TP), "b2".into()).for_call("a"));
     }
 
     #[test]
@@ -106,11 +110,11 @@ mod tests {
             Some("nonsense"),
             Some("00-00000000000000000000000000000000-00f067aa0ba902b7-01"),
         ] {
-            let t = BatchTrace::new(bad, "b1");
+            let t = BatchTrace::new(bad, "b1".into());
             let tp = t.for_call("a");
             let (trace, _, flags) = parse(&tp).expect("a valid traceparent");
             assert_eq!(flags, "00");
-            assert_ne!(trace, BatchTrace::new(None, "b2").trace_id);
+            assert_ne!(trace, BatchTrace::new(None, "b2".into()).trace().0);
         }
     }
 

@@ -1,7 +1,7 @@
 //! Kindgi packs (cargo feature `pack`): tools carried out by a pack service over pack protocol
 //! v2, the HTTP protocol Kindgi's runtime speaks to the process that holds a pack's handlers.
 //!
-//! Takes in: a pack's index ([`PackIndex`](crate::model::PackIndex): its identity and a manifest
+//! Takes in: a pack's index ([`PackIndex`]: its identity and a manifest
 //! per tool, as the author declared them), the service's URL and its token. Hands on: each tool
 //! of the index registered with its manifest and a handler that sends its calls to the service
 //! ([`PackService::register`]), so the kernel orders, authorizes and records them by their
@@ -22,7 +22,7 @@
 //!   `kindgi-timeout-ms` (the time left before the call's deadline, when it has one),
 //!   `kindgi-run-id`, `kindgi-request-id`, `traceparent`. Dropping the call (its deadline, its
 //!   batch cancelled) closes the request: the service fires the handler's cancellation.
-//! - **Outcomes** ([`call`]): a result is the output (checked against the output schema as any
+//! - **Outcomes** (`call.rs`): a result is the output (checked against the output schema as any
 //!   tool's); a pack error keeps its code and message in the call's error message, its code
 //!   mapped to Sluice's (`input-validation-failed` → `invalid-input`, `deadline-exceeded` →
 //!   `timeout`, `tool-not-in-pack` → `pack-mismatch`, `handler-throw` → `pack-tool-error`, …);

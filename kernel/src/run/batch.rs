@@ -192,10 +192,7 @@ impl BatchHandle {
             .unwrap_or_default();
         let (tx, rx) = mpsc::unbounded_channel();
         let id: Arc<str> = Arc::from(format!("b{:x}-{:08x}-{n}", now.as_millis(), kernel.nonce));
-        let trace = Arc::new(crate::transport::BatchTrace::new(
-            options.traceparent.as_deref(),
-            id.clone(),
-        ));
+        let trace = crate::transport::client_trace(options.traceparent.as_deref());
         let info = Arc::new(BatchInfo {
             kernel: kernel.clone(),
             id,

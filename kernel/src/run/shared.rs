@@ -68,8 +68,8 @@ pub(crate) struct BatchInfo {
     pub(crate) observer: Option<Arc<dyn CallObserver>>,
     /// Answers the batch's asks (else the kernel's approver).
     pub(crate) approver: Option<Arc<dyn Approver>>,
-    /// The trace the batch's calls belong to.
-    pub(crate) trace: Arc<crate::transport::BatchTrace>,
+    /// The client's trace (`<trace id>-<flags>`), when it sent a valid `traceparent`.
+    pub(crate) trace: Option<Arc<str>>,
 }
 
 impl BatchInfo {

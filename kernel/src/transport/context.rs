@@ -127,8 +127,8 @@ pub(crate) struct ContextInner {
     pub(crate) deadline: Option<tokio::time::Instant>,
     /// The call's W3C trace context as its batch's observer gave it.
     pub(crate) traceparent: Option<String>,
-    /// The trace of the call's batch (the call's `traceparent` derives from it otherwise).
-    pub(crate) trace: Option<Arc<super::trace::BatchTrace>>,
+    /// The client's trace of the call's batch (`<trace id>-<flags>`), when it sent one.
+    pub(crate) client_trace: Option<Arc<str>>,
 }
 
 /// The names a manifest declares, by kind.
@@ -188,7 +188,7 @@ impl ToolContext {
                 fencing_token: None,
                 deadline: None,
                 traceparent: None,
-                trace: None,
+                client_trace: None,
             }),
         }
     }
@@ -206,12 +206,12 @@ impl ToolContext {
         mut self,
         deadline: Option<tokio::time::Instant>,
         traceparent: Option<String>,
-        trace: Arc<super::trace::BatchTrace>,
+        client_trace: Option<Arc<str>>,
     ) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.deadline = deadline;
             inner.traceparent = traceparent;
-            inner.trace = Some(trace);
+            inner.client_trace = client_trace;
         }
         self
     }
@@ -231,7 +231,14 @@ impl ToolContext {
         if let Some(tp) = &self.inner.traceparent {
             return Some(tp.clone());
         }
-        Some(self.inner.trace.as_ref()?.for_call(&self.inner.call_id))
+        if self.inner.batch_id.is_empty() {
+            return None;
+        }
+        Some(super::trace::for_call(
+            &self.inner.batch_id,
+            self.inner.client_trace.as_deref(),
+            &self.inner.call_id,
+        ))
     }
 
     /// The call's fencing token when the kernel runs on a shared conflict domain: its admission

@@ -64,4 +64,4 @@ pub use context::{ContextError, EnvSecrets, SecretResolver, ToolContext};
 pub use handler::{handler, Handler, HandlerFuture, SpecSynthesizer, ToolError};
 pub use registry::{AccessInput, TenantScope, Tool, ToolRegistry, Version};
 pub use synth::Synthesizers;
-pub(crate) use trace::BatchTrace;
+pub(crate) use trace::client_trace;

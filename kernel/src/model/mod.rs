@@ -29,7 +29,8 @@
 //! - `validate.rs`: judging a manifest (schema, rules, lints);
 //! - `template.rs`: the template syntaxes a manifest uses (text, URL, and the placeholders of a
 //!   resource template);
-//! - `load.rs`: reading manifest files, each with its [`ManifestSource`];
+//! - `source.rs`: where a manifest came from ([`ManifestSource`]) and reading JSON documents;
+//! - `load.rs`: reading manifest files and folders;
 //! - `pack.rs`: reading a Kindgi pack's index ([`PackIndex`]), whose tools are manifests;
 //! - `batch.rs`: batches and calls, and how a call can end.
 //!
@@ -39,11 +40,12 @@ mod batch;
 mod load;
 mod manifest;
 mod pack;
+mod source;
 pub(crate) mod template;
 mod validate;
 
 pub use batch::{Batch, Call, CallError, Status, DEFAULT_TENANT};
-pub use load::{parse_json, read_json, read_manifests, ManifestSource, RawManifest};
+pub use load::read_manifests;
 pub use manifest::{
     split_command_line, AccessMode, CodeArtifactRef, Effect, EffectKind, HttpAuthSpec,
     HttpHeaderSpec, HttpMethod, HttpRequestBodySpec, HttpToolSpec, JsonObject, Limits, Manifest,
@@ -51,6 +53,7 @@ pub use manifest::{
     StatusCode, StatusRange, ToolSecretRef, ToolSpec, Transport, Version,
 };
 pub use pack::{is_pack_index, PackIndex, INDEX_ONLY_FIELDS};
+pub use source::{parse_json, read_json, ManifestSource, RawManifest};
 pub use template::{
     canonical, canonical_host, resource_placeholders, TemplateSyntaxError, TextPart, TextTemplate,
     UrlTemplate,

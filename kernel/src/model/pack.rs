@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use super::load::{ManifestSource, RawManifest};
 use super::manifest::Manifest;
+use super::source::{read_json, ManifestSource, RawManifest};
 use crate::error::{Error, Result};
 
 /// The index fields of a tool entry that are not manifest fields, moved into
@@ -48,7 +48,7 @@ pub fn is_pack_index(doc: &Value) -> bool {
 impl PackIndex {
     /// Reads an index file.
     pub fn read(path: &Path) -> Result<Self> {
-        let doc = super::load::read_json(path)?;
+        let doc = read_json(path)?;
         Self::from_value(path, doc)
     }
 

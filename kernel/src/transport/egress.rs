@@ -183,6 +183,20 @@ impl reqwest::dns::Resolve for GuardedResolver {
     }
 }
 
+/// An error and its causes, as one line (`connect failed: Connection refused`): how a failed
+/// request is told in a call's message.
+#[cfg(any(feature = "http", feature = "pack"))]
+pub(crate) fn source_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -39,7 +39,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use super::context::ToolContext;
-use super::egress::{self, EgressOptions};
+use super::egress::{self, source_chain, EgressOptions};
 use super::handler::{Handler, HandlerFuture, SpecSynthesizer, ToolError};
 use crate::error::ErrorCode;
 use crate::model::{canonical, TextPart, TextTemplate, UrlTemplate};
@@ -442,17 +442,6 @@ impl HttpTool {
 enum Read {
     Http(reqwest::Error),
     TooLarge,
-}
-
-fn source_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 fn secret(ctx: &ToolContext, name: &str) -> Result<String, ToolError> {

@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::wire::{error_of, head, issues_text, map_code, transport_failure, wire_ctx, PROTOCOL};
+use super::wire::{error_of, head, issues_text, map_code, wire_ctx, PROTOCOL};
 use crate::error::{Error, ErrorCode, Result};
 use crate::model::PackIndex;
 use crate::transport::context::ToolContext;
-use crate::transport::egress::{self, EgressOptions};
+use crate::transport::egress::{self, source_chain, EgressOptions};
 use crate::transport::handler::ToolError;
 
 /// The environment variable the token is read from unless the operator names another.
@@ -237,12 +237,12 @@ impl PackService {
                     self.options.info_timeout.as_millis()
                 ))
             })?
-            .map_err(|e| unavailable(transport_failure(&e)))?;
+            .map_err(|e| unavailable(source_chain(&e)))?;
         let status = response.status().as_u16();
         let body = response
             .bytes()
             .await
-            .map_err(|e| unavailable(transport_failure(&e)))?;
+            .map_err(|e| unavailable(source_chain(&e)))?;
         match status {
             200 => serde_json::from_slice(&body).map_err(|e| {
                 unavailable(format!(
@@ -459,13 +459,13 @@ impl PackService {
             Err(e) if e.is_connect() => {
                 return Err(unavailable(format!(
                     "cannot be reached: {}",
-                    transport_failure(&e)
+                    source_chain(&e)
                 )))
             }
             Err(e) => {
                 return Err(unavailable(format!(
                     "the exchange failed (the call may have run; its idempotency key is {key}): {}",
-                    transport_failure(&e)
+                    source_chain(&e)
                 )))
             }
         };
@@ -494,7 +494,7 @@ impl PackService {
                     return Err(unavailable(format!(
                         "the answer broke off (the call may have run; its idempotency key is \
                          {key}): {}",
-                        transport_failure(&e)
+                        source_chain(&e)
                     )))
                 }
             }

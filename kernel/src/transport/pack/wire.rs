@@ -101,18 +101,6 @@ pub(super) fn head(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes.get(..512).unwrap_or(bytes)).into_owned()
 }
 
-/// A transport error and its causes, as text.
-pub(super) fn transport_failure(e: &reqwest::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = std::error::Error::source(e);
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -157,6 +157,14 @@ pub enum Error {
         /// What failed.
         reason: String,
     },
+    /// An effects overlay (`--effects FILE`) cannot be read or applied.
+    #[error("the effects overlay `{origin}` is not usable: {reason}")]
+    EffectsOverlay {
+        /// Its file.
+        origin: String,
+        /// What is wrong, where.
+        reason: String,
+    },
     /// Batches run on tokio: the kernel was used outside a runtime.
     #[error("the kernel must be used inside a tokio runtime")]
     NoRuntime,

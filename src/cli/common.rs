@@ -40,11 +40,13 @@ pub(crate) struct BatchInput {
     pub(crate) mcp_endpoint: Vec<String>,
     #[command(flatten)]
     pub(crate) packs: PackArgs,
+    #[command(flatten)]
+    pub(crate) mcp_servers: super::adopt::McpServerArgs,
 }
 
 impl BatchInput {
     /// The built-in tools (fs confined to the root), the manifests under `--tools` with the
-    /// `--mcp-endpoint` bindings, and each `--pack`'s tools (carried out by its service when
+    /// `--mcp-endpoint` bindings, the tools of each `--mcp-server`, and each `--pack`'s tools (carried out by its service when
     /// `online`; `plan` reads the index only).
     pub(crate) fn registry(
         &self,
@@ -52,6 +54,7 @@ impl BatchInput {
     ) -> anyhow::Result<(ToolRegistry, Vec<Arc<PackService>>)> {
         let mut registry = load_tools(&self.tools, self.root.as_deref(), KvStore::new())?;
         bind_endpoints(&mut registry, &self.mcp_endpoint)?;
+        self.mcp_servers.adopt(&mut registry)?;
         let packs = self.packs.register(&mut registry, online)?;
         Ok((registry, packs))
     }

@@ -6,22 +6,26 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::{json, Value};
-use sluice::kernel::model::{self, McpEndpoint, ValidateOptions};
-use sluice::kernel::transport::mcp::{import_manifests, ImportOptions, McpOptions};
+use sluice::kernel::transport::mcp::{import_manifests, EffectsCatalog, ImportOptions, McpOptions};
 
-use super::failure::{invalid, Failure};
+use super::failure::Failure;
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
     /// List an MCP server's tools and write one Kindgi manifest per tool.
     ///
-    /// Effects come from the server's annotations, conservatively: only `readOnlyHint: true`
-    /// makes a tool read-only (`mutating: false`, `reads <prefix>:*`); any other tool declares
-    /// no changing effect, so it runs alone until a person declares its effects;
-    /// `openWorldHint: true` adds a `network` effect on `net:*`. Without `--out` the manifests are
-    /// printed as one JSON array; with it each is written to `<out>/<id>.json` (an existing file
-    /// is kept unless `--force`) and a summary is printed. Exit 1 when the server cannot be
-    /// reached or a manifest would not validate.
+    /// Each tool's effects come from, in order: an `--effects` overlay naming it; the effects
+    /// the server publishes in `_meta` (`io.sluice/effects`), with `--trust-effects` only; the
+    /// catalog of well-known servers (the reference filesystem, memory, git, fetch and
+    /// everything servers), when the tool's input schema is still the one its entry was
+    /// written for (else a warning names the tool); else the server's hints, conservatively:
+    /// only `readOnlyHint: true` makes a tool read-only (`mutating: false`, `reads <prefix>:*`);
+    /// any other tool declares no changing effect, so it runs alone; `openWorldHint: true` adds
+    /// a `network` effect on `net:*`. Warnings go to standard error. Without `--out` the
+    /// manifests are printed as one JSON array; with it each is written to `<out>/<id>.json`
+    /// (an existing file is kept unless `--force`) and a summary is printed. Exit 1 when the
+    /// server cannot be reached, an overlay names a tool the server does not have, or a
+    /// manifest would not validate; 2 for an unusable endpoint, prefix or overlay file.
     Import(ImportArgs),
 }
 
@@ -41,6 +45,18 @@ pub(crate) struct ImportArgs {
     /// declared their effects).
     #[arg(long)]
     force: bool,
+    /// Effects overlays (JSON or TOML) giving tools their effects by server and tool name
+    /// (repeatable; see docs/mcp-effects.md). Kept apart from the manifests, so a re-import
+    /// with `--force` applies them again.
+    #[command(flatten)]
+    effects: super::adopt::EffectsArgs,
+    /// Use the effects the server publishes in `_meta` (another Sluice's `tools/list`):
+    /// only for a server you trust.
+    #[arg(long)]
+    trust_effects: bool,
+    /// Do not apply the catalog of well-known servers (each tool falls back to its hints).
+    #[arg(long)]
+    no_catalog: bool,
     /// How long starting the server and its handshake may take, in milliseconds.
     #[arg(long, default_value_t = 60_000)]
     timeout_ms: u64,
@@ -48,52 +64,27 @@ pub(crate) struct ImportArgs {
 
 pub(crate) fn run(command: Command) -> anyhow::Result<ExitCode> {
     let Command::Import(args) = command;
-    let endpoint = McpEndpoint::parse(&args.endpoint).map_err(|e| Failure {
-        code: 2,
-        message: format!("the endpoint is not usable: {e}"),
-    })?;
-    if let Some(Err(e)) = endpoint.argv() {
-        return Err(Failure {
-            code: 2,
-            message: format!("the endpoint `{}` is not usable: {e}", args.endpoint),
-        }
-        .into());
-    }
+    let endpoint = super::adopt::endpoint_of("mcp import", &args.endpoint)?;
     if let Some(p) = &args.prefix {
-        if p.is_empty() || p.contains(['*', '?', '{', '}', '\\', ':', '.']) {
-            return Err(Failure {
-                code: 2,
-                message: format!(
-                    "--prefix `{p}` must be non-empty, without `.`, `:`, `*`, `?`, braces or `\\`"
-                ),
-            }
-            .into());
-        }
+        super::adopt::check_prefix("--prefix", p)?;
     }
-    let mut options = ImportOptions::default().with_mcp(
-        McpOptions::default().with_connect_timeout(Duration::from_millis(args.timeout_ms.max(1))),
-    );
+    let mut options = ImportOptions::default()
+        .with_mcp(
+            McpOptions::default()
+                .with_connect_timeout(Duration::from_millis(args.timeout_ms.max(1))),
+        )
+        .trusting_published(args.trust_effects);
+    if args.no_catalog {
+        options = options.with_catalog(EffectsCatalog::empty());
+    }
     options.prefix = args.prefix.clone();
+    options.overlays = args.effects.load()?;
     let runtime = tokio::runtime::Runtime::new()?;
     let imported = runtime.block_on(import_manifests(&endpoint, &options))?;
-    let mut invalid_tools = Vec::new();
-    for m in &imported.manifests {
-        let report = model::validate(m, ValidateOptions::default());
-        if !report.is_valid() {
-            let errors: Vec<String> = report
-                .errors
-                .iter()
-                .map(|d| format!("`{}`: {}", d.pointer, d.message))
-                .collect();
-            invalid_tools.push(format!("`{}`: {}", m["id"], errors.join("; ")));
-        }
+    for w in &imported.warnings {
+        eprintln!("warning: {w}");
     }
-    if !invalid_tools.is_empty() {
-        return Err(invalid(format!(
-            "the server's tools would not make valid manifests: {}",
-            invalid_tools.join(" | ")
-        )));
-    }
+    super::adopt::check_manifests(&imported.manifests)?;
     let Some(out) = &args.out else {
         outln!("{}", serde_json::to_string_pretty(&imported.manifests)?);
         return Ok(ExitCode::SUCCESS);
@@ -117,6 +108,10 @@ pub(crate) fn run(command: Command) -> anyhow::Result<ExitCode> {
             "file": file.display().to_string(),
             "written": !kept,
             "read_only": m["mutating"] == Value::Bool(false),
+            "effects_from": m
+                .pointer("/metadata/sluice/effects")
+                .and_then(Value::as_str)
+                .unwrap_or("hints"),
         }));
     }
     let summary = json!({
@@ -124,6 +119,7 @@ pub(crate) fn run(command: Command) -> anyhow::Result<ExitCode> {
         "server": {"name": imported.server.0, "version": imported.server.1},
         "prefix": imported.prefix,
         "tools": tools,
+        "warnings": imported.warnings,
     });
     outln!("{}", serde_json::to_string_pretty(&summary)?);
     Ok(ExitCode::SUCCESS)

@@ -21,6 +21,7 @@ macro_rules! outln {
     };
 }
 
+mod adopt;
 pub(crate) mod common;
 mod db;
 mod demo;

@@ -31,6 +31,8 @@ pub(crate) struct Args {
     mcp_endpoint: Vec<String>,
     #[command(flatten)]
     packs: super::common::PackArgs,
+    #[command(flatten)]
+    mcp_servers: super::adopt::McpServerArgs,
     /// Where to listen: MCP at `/mcp`, the batch API under `/v1/`, `/healthz`, `/metrics`. Port
     /// 0 picks a free port; the first line on stdout says which.
     #[arg(long, default_value = "127.0.0.1:7878", conflicts_with = "stdio")]
@@ -171,6 +173,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let mut registry = load_tools(&args.tools, root, KvStore::new())?;
     bind_endpoints(&mut registry, &args.mcp_endpoint)?;
+    args.mcp_servers.adopt(&mut registry)?;
     let packs = args
         .packs
         .register(&mut registry, Some(args.proxy_from_env))?;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::{json, Value};
+use sluice::kernel::access::PathRules;
 use sluice::kernel::builtin::{self, BuiltinConfig};
 use sluice::kernel::model::{
     read_manifests, validate, Diagnostic, ManifestSource, ValidateOptions,
@@ -23,12 +24,17 @@ pub(crate) struct Args {
     format: TextOrJson,
     /// Manifest files, directories of *.json manifests, or Kindgi pack indexes (each tool entry
     /// judged as a manifest).
-    #[arg(required_unless_present = "pack")]
+    #[arg(required_unless_present_any = ["pack", "effects"])]
     paths: Vec<PathBuf>,
     /// A Kindgi pack's index to judge, `INDEX` or `INDEX=URL` as `run` takes it (the service is
     /// not contacted; repeatable).
     #[arg(long = "pack", value_name = "INDEX[=URL]")]
     pack: Vec<String>,
+    /// An effects overlay (JSON or TOML) to check: its shape and effects, and that each tool it
+    /// names exists among the manifests given here that were imported from its server
+    /// (repeatable). See docs/mcp-effects.md.
+    #[arg(long = "effects", value_name = "FILE")]
+    effects: Vec<PathBuf>,
 }
 
 struct Entry {
@@ -46,6 +52,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     for p in &args.pack {
         paths.push(super::common::PackSpec::parse(p)?.index);
     }
+    let mut manifests: Vec<Value> = Vec::new();
     for path in &paths {
         let raws = match read_manifests(path) {
             Ok(r) => r,
@@ -65,7 +72,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             Err(e) => return Err(e.into()),
         };
         for raw in raws {
-            let report = validate(&raw.value, options);
+            let mut report = validate(&raw.value, options);
+            if let Err(why) =
+                PathRules::from_metadata(raw.value.get("metadata").and_then(Value::as_object))
+            {
+                report
+                    .errors
+                    .push(Diagnostic::new("/metadata/sluice/paths", why));
+            }
             let prefix = |d: Diagnostic| {
                 Diagnostic::new(format!("{}{}", raw.source.pointer, d.pointer), d.message)
             };
@@ -84,9 +98,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 warnings: report.warnings.into_iter().map(prefix).collect(),
                 source: raw.source,
             });
+            manifests.push(raw.value);
         }
     }
     flag_duplicate_ids(&mut entries);
+    check_overlays(&args.effects, &mut entries, &manifests)?;
 
     let all_valid = entries.iter().all(|e| e.errors.is_empty());
     match args.format {
@@ -141,6 +157,38 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Each overlay as an entry: not one when it cannot be read as an overlay, and an error for each
+/// tool it names that the manifests imported from its server lack.
+fn check_overlays(
+    files: &[PathBuf],
+    entries: &mut Vec<Entry>,
+    manifests: &[Value],
+) -> anyhow::Result<()> {
+    let all: Vec<&Value> = manifests.iter().collect();
+    for file in files {
+        let source = ManifestSource {
+            path: file.clone(),
+            pointer: String::new(),
+        };
+        let errors = match super::adopt::read_overlay(file) {
+            Ok(overlay) => super::adopt::overlay_problems(&overlay, &all)
+                .into_iter()
+                .map(|(pointer, why)| Diagnostic::new(pointer, why))
+                .collect(),
+            Err(e) if super::failure::exit_code_of(&e) == 2 => return Err(e),
+            Err(e) => vec![Diagnostic::new("", super::failure::render_error(&e))],
+        };
+        entries.push(Entry {
+            source,
+            id: None,
+            version: None,
+            errors,
+            warnings: Vec::new(),
+        });
+    }
+    Ok(())
 }
 
 fn pointer_text(p: &str) -> &str {

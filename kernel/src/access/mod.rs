@@ -46,11 +46,13 @@
 //! This stage imports only [`crate::model`] and [`crate::error`].
 
 mod normalize;
+mod paths;
 mod pattern;
 mod plan;
 mod resource;
 
 pub use normalize::{FsNormalizer, Normalizer, Normalizers};
+pub use paths::{lexical_absolute, resolve_links, PathRules};
 pub use pattern::{
     escape, push_literal_char, Pattern, PatternError, Strategy, Token, MAX_CONTAINMENT_STATES,
     MAX_CONTAINMENT_TOKENS, MAX_OVERLAP_CELLS,

@@ -1,4 +1,5 @@
-//! MCP: `tools/list` entries out (annotations from effects, the version in `_meta`);
+//! MCP: `tools/list` entries out (annotations from effects; the version, the effects and how
+//! paths resolve in `_meta`);
 //! `tools/call` requests in; `tools/call` results back.
 
 use serde_json::{json, Value};
@@ -10,7 +11,7 @@ use super::common::{
 use super::names::ToolNames;
 use super::schema;
 use crate::error::Result;
-use crate::model::{Batch, Call, Status};
+use crate::model::{Batch, Call, Manifest, Status, EFFECTS_META, PATHS_META};
 use crate::run::{BatchResult, CallResult};
 use crate::transport::ToolRegistry;
 
@@ -51,10 +52,21 @@ pub fn export(registry: &ToolRegistry, names: &ToolNames, options: &ExportOption
         let mut notes = schema::Notes::default();
         let input = schema::object_root(&t.manifest().input, &mut notes);
         changes_of(&name, notes, &mut out.changes);
+        let mut meta = json!({VERSION_META: t.manifest().version.as_str(),
+            EFFECTS_META: published_effects(t.manifest())});
+        if let Some(paths) = t
+            .manifest()
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get("sluice"))
+            .and_then(|s| s.get("paths"))
+        {
+            set(&mut meta, PATHS_META, paths.clone());
+        }
         let mut v = json!({"name": name,
             "description": t.manifest().description.as_str(),
             "inputSchema": input, "annotations": annotations(t),
-            "_meta": {VERSION_META: t.manifest().version.as_str()}});
+            "_meta": meta});
         if !t.manifest().output.is_empty() {
             set(
                 &mut v,
@@ -65,6 +77,22 @@ pub fn export(registry: &ToolRegistry, names: &ToolNames, options: &ExportOption
         out.definitions.push(v);
     }
     out
+}
+
+/// A tool's effects as `tools/list` publishes them under [`EFFECTS_META`]: the declared ones, and
+/// `{"kind": "writes"}` (every resource) when the tool is mutating but declares no changing
+/// effect, so that an importer that trusts the array alone never under-orders the tool.
+pub fn published_effects(manifest: &Manifest) -> Value {
+    let mut effects: Vec<Value> = manifest
+        .effects()
+        .iter()
+        .map(|e| serde_json::to_value(e).unwrap_or(Value::Null))
+        .collect();
+    if manifest.is_mutating() && !manifest.declares_changing_effect() {
+        effects.push(json!({"kind": "writes",
+            "notes": "mutating, with no changing effect declared: every resource"}));
+    }
+    Value::Array(effects)
 }
 
 /// A batch from `tools/call` requests: JSON-RPC requests (their ids become call ids) or bare

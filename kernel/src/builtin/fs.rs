@@ -21,8 +21,7 @@
 //! `RESOLVE_BENEATH`; elsewhere cap-std walks the path one component at a time), so a link
 //! swapped in at the last moment cannot lead outside the root, whatever it points to.
 
-use std::ffi::OsString;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cap_std::ambient_authority;
@@ -30,13 +29,10 @@ use cap_std::fs::Dir;
 use serde_json::{json, Value};
 
 use super::manifest::manifest;
+pub use crate::access::{lexical_absolute, resolve_links};
 use crate::error::{ErrorCode, Result};
 use crate::model::ManifestSource;
 use crate::transport::{handler, Handler, TenantScope, Tool, ToolContext, ToolError};
-
-/// How many symbolic links one path may pass through before it counts as a loop (Linux's
-/// `MAXSYMLINKS`).
-const MAX_LINKS: usize = 40;
 
 /// Whether `tenant` can name a directory of its own: one path component of letters, digits,
 /// `.`, `_` and `-`, not starting with `.` (so never `.` or `..`), at most 255 bytes.
@@ -53,83 +49,6 @@ pub fn is_directory_name(tenant: &str) -> bool {
 /// tenant's name cannot be a directory's (see [`is_directory_name`]).
 pub fn tenant_root(dir: &Path, tenant: &str) -> Option<PathBuf> {
     is_directory_name(tenant).then(|| lexical_absolute(dir, Path::new(tenant)))
-}
-
-/// `path` made absolute against `root` and normalized lexically (`.` dropped, `..` resolved,
-/// never above `/`).
-pub fn lexical_absolute(root: &Path, path: &Path) -> PathBuf {
-    let joined = if path.is_absolute() {
-        path.to_owned()
-    } else {
-        root.join(path)
-    };
-    let mut out = PathBuf::from("/");
-    for c in joined.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(s) => out.push(s),
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-        }
-    }
-    out
-}
-
-/// The file the OS would touch for the absolute `path`: every symbolic link that exists along
-/// it followed (the last component's too, a dangling one included), `..` taken physically
-/// after a link and lexically below what does not exist. After 40 links (Linux's
-/// `MAXSYMLINKS`) the rest is taken as spelled (the OS then refuses the loop when the file is
-/// opened).
-pub fn resolve_links(path: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    // The components still to walk, last first.
-    let mut pending: Vec<OsString> = Vec::new();
-    push_components(&mut pending, path);
-    let mut links = 0;
-    let mut exists = true;
-    while let Some(c) = pending.pop() {
-        if c == ".." {
-            out.pop();
-            continue;
-        }
-        if c == "." {
-            continue;
-        }
-        out.push(&c);
-        if !exists {
-            continue;
-        }
-        match std::fs::symlink_metadata(&out) {
-            Ok(m) if m.file_type().is_symlink() && links < MAX_LINKS => {
-                links += 1;
-                let Ok(target) = std::fs::read_link(&out) else {
-                    continue;
-                };
-                out.pop();
-                if target.is_absolute() {
-                    out = PathBuf::from("/");
-                }
-                push_components(&mut pending, &target);
-            }
-            Ok(_) => {}
-            Err(_) => exists = false,
-        }
-    }
-    out
-}
-
-/// Pushes `path`'s components onto `pending` so that its first component is popped first.
-fn push_components(pending: &mut Vec<OsString>, path: &Path) {
-    let parts: Vec<OsString> = path
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(s) => Some(s.to_owned()),
-            Component::ParentDir => Some(OsString::from("..")),
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => None,
-        })
-        .collect();
-    pending.extend(parts.into_iter().rev());
 }
 
 /// A tenant's root: as configured (how paths under it are shown) and as the OS finds it.

@@ -39,6 +39,7 @@
 mod batch;
 mod load;
 mod manifest;
+mod meta;
 mod pack;
 mod source;
 pub(crate) mod template;
@@ -52,6 +53,7 @@ pub use manifest::{
     McpEndpoint, Need, NeedsSpec, NetworkPolicy, NonEmptyString, PositiveInt, Sandbox, ShapeError,
     StatusCode, StatusRange, ToolSecretRef, ToolSpec, Transport, Version,
 };
+pub use meta::{EFFECTS_META, PATHS_META};
 pub use pack::{is_pack_index, PackIndex, INDEX_ONLY_FIELDS};
 pub use source::{parse_json, read_json, ManifestSource, RawManifest};
 pub use template::{

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::handler::Handler;
-use crate::access::{Access, AccessPlan, Normalizers};
+use crate::access::{Access, AccessPlan, Normalizers, PathRules};
 use crate::error::{Diagnostic, Error, Result};
 use crate::model::{self, compile_schema, Manifest, ManifestSource, RawManifest, ValidateOptions};
 
@@ -113,6 +113,16 @@ impl Tool {
             )
         })?;
         let scope = default_scope(&manifest, handler.is_some());
+        // Paths resolved as the tool's server resolves them (`metadata.sluice.paths`).
+        let paths = PathRules::from_metadata(manifest.metadata.as_ref()).map_err(|why| {
+            invalid(
+                &source,
+                vec![Diagnostic::new("/metadata/sluice/paths", why)],
+            )
+        })?;
+        let access_input = paths.map(|rules| -> AccessInput {
+            Arc::new(move |_tenant: &str, input: &Value| rules.rewrite(input))
+        });
         Ok(Tool {
             manifest: Arc::new(manifest),
             source,
@@ -120,7 +130,7 @@ impl Tool {
             output_schema,
             accesses,
             handler,
-            access_input: None,
+            access_input,
             canonical_input: None,
             scope,
         })

@@ -1,14 +1,18 @@
-//! Import: one Kindgi manifest per tool an MCP server lists (`sluice mcp import`).
+//! Import: one Kindgi manifest per tool an MCP server lists (`sluice mcp import`, and `sluice
+//! serve --mcp-server`).
 //!
-//! The server's annotations are hints from a party Sluice does not trust, so they never grant
-//! more than this, conservatively:
+//! A tool's effects come from an overlay, the effects a trusted server publishes, or the catalog
+//! (see [`super::effects`]). Without any of them, the server's annotations are hints from a
+//! party Sluice does not trust, so they never grant more than this, conservatively:
 //! - `readOnlyHint: true` alone makes a tool read-only: `mutating: false` and one effect
 //!   `reads <prefix>:*`;
 //! - any other tool is `mutating: true` with no changing effect declared, so the kernel gives it
 //!   `(writes, *)` and it runs alone, until a person declares its effects;
 //! - `openWorldHint: true` adds a `network` effect on `net:*`;
 //! - the raw annotations are kept in `metadata.mcpAnnotations`, the server's own tool name in
-//!   `metadata.mcpTool`.
+//!   `metadata.mcpTool`, the server's name and version in `metadata.mcpServer`, and where the
+//!   effects came from in `metadata.sluice.effects` (`overlay:<file>`, `published`,
+//!   `catalog:<file>` or `hints`).
 
 use std::sync::Arc;
 
@@ -17,10 +21,12 @@ use serde_json::{json, Map, Value};
 use crate::error::{Error, Result};
 use crate::model::McpEndpoint;
 
+use super::effects::{self, EffectsCatalog, EffectsFile, ServerEffects, ServerPaths, ToolEffects};
 use super::session::{Endpoint, McpOptions};
+use crate::access::PathRules;
 
-/// How to name what an import writes.
-#[derive(Debug, Clone, Default)]
+/// How to name what an import writes, and where its effects come from.
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ImportOptions {
     /// The id prefix (`<prefix>.<tool>`) and the resource scheme of read-only tools
@@ -29,6 +35,25 @@ pub struct ImportOptions {
     pub prefix: Option<String>,
     /// How to reach the server.
     pub mcp: McpOptions,
+    /// The catalog of effects (default: [`EffectsCatalog::builtin`]).
+    pub catalog: EffectsCatalog,
+    /// Overlays, later ones winning for a tool several name.
+    pub overlays: Vec<EffectsFile>,
+    /// Whether the effects the server publishes in `_meta` are used (only for a server the
+    /// operator trusts: another Sluice).
+    pub trust_published: bool,
+}
+
+impl Default for ImportOptions {
+    fn default() -> Self {
+        ImportOptions {
+            prefix: None,
+            mcp: McpOptions::default(),
+            catalog: EffectsCatalog::builtin(),
+            overlays: Vec::new(),
+            trust_published: false,
+        }
+    }
 }
 
 impl ImportOptions {
@@ -43,10 +68,29 @@ impl ImportOptions {
         self.mcp = mcp;
         self
     }
+
+    /// These options with this catalog ([`EffectsCatalog::empty`]: none, today's default).
+    pub fn with_catalog(mut self, catalog: EffectsCatalog) -> Self {
+        self.catalog = catalog;
+        self
+    }
+
+    /// These options with one more overlay.
+    pub fn with_overlay(mut self, overlay: EffectsFile) -> Self {
+        self.overlays.push(overlay);
+        self
+    }
+
+    /// These options trusting (or not) the effects the server publishes.
+    pub fn trusting_published(mut self, trust: bool) -> Self {
+        self.trust_published = trust;
+        self
+    }
 }
 
 /// What an import found.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Imported {
     /// The prefix used.
     pub prefix: String,
@@ -54,9 +98,14 @@ pub struct Imported {
     pub server: (String, String),
     /// One manifest per tool, in the server's order.
     pub manifests: Vec<Value>,
+    /// What a person should know: a catalog entry not applied (and why), a tool the catalog
+    /// lacks, effects published by a server not trusted.
+    pub warnings: Vec<String>,
 }
 
-/// Lists the tools of the server at `endpoint` and makes a manifest of each.
+/// Lists the tools of the server at `endpoint` and makes a manifest of each, with effects from
+/// the overlays, the server (when trusted), the catalog, or its hints. An overlay naming a tool
+/// the server does not have is an error naming it.
 pub async fn import_manifests(endpoint: &McpEndpoint, options: &ImportOptions) -> Result<Imported> {
     let failed = |why: String| Error::McpImport {
         endpoint: endpoint.as_str().to_owned(),
@@ -84,15 +133,192 @@ pub async fn import_manifests(endpoint: &McpEndpoint, options: &ImportOptions) -
     } else {
         "0.0.0".to_owned()
     };
-    let manifests = tools
+    let overlays: Vec<&ServerEffects> = options
+        .overlays
         .iter()
-        .map(|t| manifest_of(t, endpoint, &prefix, &version))
+        .flat_map(|o| &o.servers)
+        .filter(|s| s.server == name)
         .collect();
+    for o in &overlays {
+        if let Some(t) = o
+            .tools
+            .keys()
+            .find(|t| !tools.iter().any(|x| x.name == **t))
+        {
+            let mut have: Vec<&str> = tools.iter().map(|x| x.name.as_ref()).collect();
+            have.sort_unstable();
+            return Err(Error::EffectsOverlay {
+                origin: o.origin.clone(),
+                reason: format!(
+                    "it names the tool `{t}`, which the server `{name}` does not have (its tools: \
+                     {})",
+                    have.join(", ")
+                ),
+            });
+        }
+    }
+    let catalog = options.catalog.server(&name);
+    let mut warnings = Vec::new();
+    // How the server resolves paths: an overlay's word, else the catalog's.
+    let server_paths = overlays
+        .iter()
+        .rev()
+        .map(|o| &o.paths)
+        .find(|p| **p != ServerPaths::default())
+        .or(catalog.map(|c| &c.paths))
+        .cloned()
+        .unwrap_or_default();
+    let base = path_base(&session, endpoint, &server_paths, &mut warnings).await;
+    let mut published_untrusted = 0usize;
+    let mut manifests = Vec::with_capacity(tools.len());
+    for t in &tools {
+        let mut m = manifest_of(t, endpoint, &prefix, &version);
+        if let Some(Value::Object(meta)) = m.get_mut("metadata") {
+            meta.insert(
+                "mcpServer".into(),
+                json!({"name": name, "version": version}),
+            );
+        }
+        let rules = |fields: &[String]| {
+            (!fields.is_empty()).then(|| base.for_fields(fields.iter().cloned()))
+        };
+        let tool_name = t.name.as_ref();
+        let published = t.meta.as_ref().and_then(|m| effects::published(&m.0));
+        if let Some((o, e)) = overlays
+            .iter()
+            .rev()
+            .find_map(|o| o.tools.get(tool_name).map(|e| (o, e)))
+        {
+            match guard(e, t) {
+                None => effects::apply(
+                    &mut m,
+                    e,
+                    rules(&e.paths).as_ref(),
+                    &format!("overlay:{}", o.origin),
+                ),
+                Some(why) => {
+                    warnings.push(format!(
+                    "the overlay `{}` is not applied to the tool `{tool_name}`: its input schema \
+                     changed ({why})", o.origin))
+                }
+            }
+        } else if let (true, Some(p)) = (options.trust_published, &published) {
+            match p {
+                Ok((e, r)) => effects::apply(&mut m, e, r.as_ref(), "published"),
+                Err(why) => {
+                    warnings
+                        .push(format!(
+                    "the tool `{tool_name}` publishes effects that do not read ({why}): its \
+                     hints are used instead"))
+                }
+            }
+        } else if let Some(e) = catalog.and_then(|c| c.tools.get(tool_name)) {
+            match guard(e, t) {
+                None => effects::apply(
+                    &mut m,
+                    e,
+                    rules(&e.paths).as_ref(),
+                    catalog.map_or("catalog", |c| c.origin.as_str()),
+                ),
+                Some(why) => warnings.push(format!(
+                    "the catalog's effects of `{tool_name}` ({name}) are not applied: its input \
+                     schema is not the one they were written for ({why}); it falls back to its \
+                     hints"
+                )),
+            }
+        } else if catalog.is_some() {
+            warnings.push(format!(
+                "the catalog of `{name}` has no entry for its tool `{tool_name}`: it falls back \
+                 to its hints"
+            ));
+        }
+        if published.is_some() && !options.trust_published {
+            published_untrusted += 1;
+        }
+        manifests.push(m);
+    }
+    if published_untrusted > 0 {
+        warnings.push(format!(
+            "`{name}` publishes effects for {published_untrusted} tool(s) in `_meta`; they are \
+             not used, since the server is not marked trusted"
+        ));
+    }
     Ok(Imported {
         prefix,
         server: (name, version),
         manifests,
+        warnings,
     })
+}
+
+/// Why an entry's guard refuses the tool's input schema, if it does.
+fn guard(entry: &ToolEffects, tool: &rmcp::model::Tool) -> Option<String> {
+    let expected = entry.input.as_ref()?;
+    effects::shape_difference(expected, &effects::input_shape(&tool.input_schema))
+}
+
+/// What a server's relative paths and `~` resolve against, found once per import.
+struct PathBase {
+    roots: Vec<std::path::PathBuf>,
+    base: Option<std::path::PathBuf>,
+    home: Option<std::path::PathBuf>,
+}
+
+impl PathBase {
+    fn for_fields(&self, fields: impl IntoIterator<Item = String>) -> PathRules {
+        let mut r = PathRules::new(fields).with_roots(self.roots.clone());
+        r.base = self.base.clone();
+        r.home = self.home.clone();
+        r
+    }
+}
+
+/// The roots the server lists (its tool's text, one absolute path a line), or else, for a server
+/// Sluice starts over stdio, Sluice's working directory (the child's).
+async fn path_base(
+    session: &super::session::Session,
+    endpoint: &McpEndpoint,
+    paths: &ServerPaths,
+    warnings: &mut Vec<String>,
+) -> PathBase {
+    let home = paths
+        .home
+        .then(|| std::env::var_os("HOME").map(std::path::PathBuf::from))
+        .flatten()
+        .filter(|h| h.is_absolute());
+    let mut out = PathBase {
+        roots: Vec::new(),
+        base: None,
+        home,
+    };
+    if let Some(tool) = &paths.roots {
+        let params = rmcp::model::CallToolRequestParams::new(std::borrow::Cow::Owned(tool.clone()));
+        match session.peer().call_tool(params).await {
+            Ok(r) if r.is_error != Some(true) => {
+                out.roots = r
+                    .content
+                    .iter()
+                    .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+                    .flat_map(|t| {
+                        t.lines()
+                            .map(str::trim)
+                            .filter(|l| l.starts_with('/'))
+                            .map(std::path::PathBuf::from)
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
+            }
+            Ok(_) | Err(_) => warnings.push(format!(
+                "the server's directories could not be read with its tool `{tool}`: its \
+                 relative paths could be any file"
+            )),
+        }
+        return out;
+    }
+    if endpoint.argv().is_some() {
+        out.base = std::env::current_dir().ok();
+    }
+    out
 }
 
 /// The manifest of one MCP tool.

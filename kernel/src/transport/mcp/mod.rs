@@ -15,10 +15,12 @@
 //! - A server that dies is started again by the next call; calls in flight at its death fail with
 //!   `mcp-server-exited`, or `limits-exceeded` when the kernel killed it for its memory
 //!   ([`memory`]).
-//! - [`import`] turns a server's tool list into Kindgi manifests (`sluice mcp import`).
+//! - [`import`] turns a server's tool list into Kindgi manifests (`sluice mcp import`), with
+//!   effects from [`effects`]: overlays, a trusted server's own, the catalog of well-known servers.
 
 mod call;
 mod death;
+pub mod effects;
 pub mod import;
 pub mod memory;
 mod session;
@@ -27,5 +29,6 @@ mod wire;
 
 pub(crate) use call::handler;
 pub use call::remote_name;
+pub use effects::{EffectsCatalog, EffectsFile, EFFECTS_META, PATHS_META};
 pub use import::{import_manifests, ImportOptions, Imported};
 pub use session::{Endpoint, EndpointStatus, McpOptions, McpSessions};

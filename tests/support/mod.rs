@@ -8,6 +8,7 @@ pub mod otlp;
 pub mod pack;
 pub mod postgres;
 pub mod python;
+pub mod reference;
 pub mod scale;
 
 /// The kernel's test helpers (tools, fixtures, temporary directories), shared.

@@ -290,3 +290,64 @@ impl PathRules {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn paths_resolve_as_the_server_does() {
+        let rules = PathRules::new(["path", "paths"])
+            .with_roots([PathBuf::from("/srv/a"), PathBuf::from("/srv/b")])
+            .with_home("/home/u");
+        let r = |s: &str| rules.resolve(s).map(|p| p.display().to_string());
+        assert_eq!(r("x.txt").as_deref(), Some("/srv/a/x.txt"));
+        assert_eq!(r("./d/../x.txt").as_deref(), Some("/srv/a/x.txt"));
+        // Relative, leaving the first root but inside the second: the server takes the second.
+        assert_eq!(r("../b/y").as_deref(), Some("/srv/b/y"));
+        // Leaving every root: joined to the first (the server then refuses it).
+        assert_eq!(r("../../etc/passwd").as_deref(), Some("/etc/passwd"));
+        assert_eq!(r("~/notes").as_deref(), Some("/home/u/notes"));
+        assert_eq!(r("~").as_deref(), Some("/home/u"));
+        assert_eq!(r("~other/x").as_deref(), Some("/srv/a/~other/x"));
+        assert_eq!(r("/abs//z/./q").as_deref(), Some("/abs/z/q"));
+        let base = PathRules::new(["repo"]).with_base("/work");
+        assert_eq!(base.resolve("r").unwrap(), PathBuf::from("/work/r"));
+        assert_eq!(PathRules::new(["p"]).resolve("rel"), None);
+        assert_eq!(
+            PathRules::new(["p"]).resolve("/x/y"),
+            Some(PathBuf::from("/x/y"))
+        );
+    }
+
+    #[test]
+    fn rewrite_touches_the_path_fields_only() {
+        let rules = PathRules::new(["path", "paths"]).with_base("/w");
+        let out = rules.rewrite(&json!({"path": "a", "paths": ["b", 3], "other": "c"}));
+        assert_eq!(
+            out,
+            json!({"path": "/w/a", "paths": ["/w/b", 3], "other": "c"})
+        );
+        let unknown =
+            PathRules::new(["path", "paths"]).rewrite(&json!({"path": "a", "paths": ["/b", "c"]}));
+        assert_eq!(unknown, json!({"path": null, "paths": ["/b", null]}));
+    }
+
+    #[test]
+    fn rules_read_back_what_they_write_and_name_what_is_wrong() {
+        let rules = PathRules::new(["path"])
+            .with_roots([PathBuf::from("/srv")])
+            .with_home("/h");
+        assert_eq!(PathRules::from_value(&rules.to_value()).unwrap(), rules);
+        let err = |v: Value| PathRules::from_value(&v).unwrap_err();
+        assert!(err(json!({"fields": []})).contains("`fields`"));
+        assert!(err(json!({"fields": ["p"], "roots": ["rel"]})).contains("`rel`"));
+        assert!(err(json!({"fields": ["p"], "base": "rel"})).contains("`base`"));
+        assert!(err(json!({"fields": ["p"], "root": []})).contains("`root`"));
+        let meta: Map<String, Value> =
+            serde_json::from_value(json!({"sluice": {"paths": {"fields": ["p"]}}})).unwrap();
+        assert!(PathRules::from_metadata(Some(&meta)).unwrap().is_some());
+        assert_eq!(PathRules::from_metadata(None), Ok(None));
+    }
+}

@@ -204,3 +204,29 @@ impl<'a> ResultParts<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn published_effects_say_everything_a_tool_may_touch() {
+        let m = |v: Value| Manifest::from_value(v).unwrap();
+        let base = json!({"id": "a.b", "description": "d", "version": "1.0.0",
+            "input": {"type": "object"}, "output": {}});
+        let mut declared = base.clone();
+        declared["effects"] = json!([{"kind": "writes", "resource": "kv:{k}"}]);
+        assert_eq!(
+            published_effects(&m(declared)),
+            json!([{"kind": "writes", "resource": "kv:{k}"}])
+        );
+        // Mutating with no changing effect: every resource, so a trusting importer orders it
+        // alone.
+        let published = published_effects(&m(base.clone()));
+        assert_eq!(published[0]["kind"], "writes");
+        assert!(published[0].get("resource").is_none(), "{published}");
+        let mut pure = base;
+        pure["mutating"] = json!(false);
+        assert_eq!(published_effects(&m(pure)), json!([]));
+    }
+}

@@ -184,6 +184,11 @@ impl EffectsCatalog {
         EffectsCatalog::default()
     }
 
+    /// A catalog of these entries (an embedder's own, or the built-in one amended).
+    pub fn from_servers(servers: Vec<ServerEffects>) -> Self {
+        EffectsCatalog { servers }
+    }
+
     /// The entry of the server named `server`.
     pub fn server(&self, server: &str) -> Option<&ServerEffects> {
         self.servers.iter().find(|s| s.server == server)

@@ -29,6 +29,8 @@ mod wire;
 
 pub(crate) use call::handler;
 pub use call::remote_name;
-pub use effects::{EffectsCatalog, EffectsFile, EFFECTS_META, PATHS_META};
+pub use effects::{
+    EffectsCatalog, EffectsFile, ServerEffects, ToolEffects, EFFECTS_META, PATHS_META,
+};
 pub use import::{import_manifests, ImportOptions, Imported};
 pub use session::{Endpoint, EndpointStatus, McpOptions, McpSessions};

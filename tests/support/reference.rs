@@ -1,0 +1,55 @@
+//! The MCP reference servers the effects catalog is written for, from their registries:
+//! `@modelcontextprotocol/server-filesystem` and `server-memory` (npm) into
+//! `target/mcp-reference`, `mcp-server-git` and `mcp-server-fetch` (PyPI) into
+//! `target/mcp-reference-py/py`, and `server-everything` (npm, [`super::mcp`]). Installed on
+//! first use (`.ci/run` installs them first); a machine without npm, pip or the registries fails
+//! the tests that need them, saying so: they are never skipped.
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::{Path, PathBuf};
+
+/// The pinned version of the npm reference servers.
+pub const NPM_VERSION: &str = "2026.8.31";
+
+fn npm_server(name: &str) -> PathBuf {
+    let package = format!("@modelcontextprotocol/server-{name}@{NPM_VERSION}");
+    let marker = format!("node_modules/@modelcontextprotocol/server-{name}/dist/index.js");
+    super::mcp::npm_package("mcp-reference", &package, &marker).join(marker)
+}
+
+/// The stdio endpoint of the filesystem server confined to `roots`.
+pub fn filesystem(roots: &[&Path]) -> String {
+    let mut e = format!("mcp+stdio://node {}", npm_server("filesystem").display());
+    for r in roots {
+        e.push(' ');
+        e.push_str(&r.display().to_string());
+    }
+    e
+}
+
+/// The stdio endpoint of the memory server keeping its graph in `file`.
+pub fn memory(file: &Path) -> String {
+    format!(
+        "mcp+stdio://env MEMORY_FILE_PATH={} node {}",
+        file.display(),
+        npm_server("memory").display()
+    )
+}
+
+/// The folder of the Python reference servers.
+fn python_servers() -> PathBuf {
+    super::python::packages("mcp-reference-py", "mcp-reference-requirements.txt")
+}
+
+/// The stdio endpoint of a Python reference server (`mcp_server_git`, `mcp_server_fetch`).
+pub fn python(module: &str) -> String {
+    format!(
+        "mcp+stdio://env PYTHONPATH={} PYTHONDONTWRITEBYTECODE=1 python3 -m {module}",
+        python_servers().display()
+    )
+}
+
+/// The stdio endpoint of the everything server.
+pub fn everything() -> String {
+    super::mcp::everything_stdio("")
+}

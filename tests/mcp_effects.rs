@@ -697,3 +697,99 @@ fn effects_travel_on_to_an_importer_that_trusts_them() {
     assert_eq!(ls["mutating"], false);
     assert_eq!(ls["metadata"]["mcpAnnotations"]["readOnlyHint"], true);
 }
+
+/// `--mcp-server` and its companions say what is wrong: exit 2 for a usage error, 1 for a server
+/// that cannot be reached at start, each naming the flag or the server.
+#[test]
+fn the_mcp_server_flag_says_what_is_wrong() {
+    let dir = temp_dir("effects-flags");
+    let batch = dir.join("batch.json");
+    std::fs::write(&batch, r#"{"tenant": "t", "calls": []}"#).unwrap();
+    let b = batch.to_str().unwrap();
+    let fs = reference::filesystem(&[&dir]);
+    let overlay = dir.join("o.json");
+    std::fs::write(
+        &overlay,
+        r#"{"server": "secure-filesystem-server", "tools": {}}"#,
+    )
+    .unwrap();
+    let o = overlay.to_str().unwrap();
+    let cases: Vec<(Vec<String>, i32, &str)> = vec![
+        (
+            vec!["--mcp-server".into(), "no-equals".into()],
+            2,
+            "expected NAME=URI",
+        ),
+        (vec!["--mcp-server".into(), format!("a.b={fs}")], 2, "`a.b`"),
+        (
+            vec![
+                "--mcp-server".into(),
+                format!("fs={fs}"),
+                "--mcp-server".into(),
+                format!("fs={fs}"),
+            ],
+            2,
+            "`fs` is given twice",
+        ),
+        (
+            vec![
+                "--mcp-server".into(),
+                format!("fs={fs}"),
+                "--trust-effects".into(),
+                "up".into(),
+            ],
+            2,
+            "--trust-effects `up` names no --mcp-server",
+        ),
+        (
+            vec!["--effects".into(), o.into()],
+            2,
+            "name the server with --mcp-server",
+        ),
+        (
+            vec!["--mcp-server".into(), "fs=ftp://x".into()],
+            2,
+            "not usable",
+        ),
+        (
+            vec![
+                "--mcp-server".into(),
+                "gone=mcp+stdio:///nonexistent/server-binary".into(),
+            ],
+            1,
+            "/nonexistent/server-binary",
+        ),
+    ];
+    for (extra, code, says) in cases {
+        let mut args = vec!["run", "--batch", b];
+        args.extend(extra.iter().map(String::as_str));
+        let r = sluice(&args, None, None);
+        assert_eq!(r.code, code, "{extra:?}: {}", r.stderr);
+        assert!(r.stderr.contains(says), "{extra:?}: {}", r.stderr);
+    }
+    // And one that works: run adopts the server's tools and carries a call out.
+    std::fs::write(
+        &batch,
+        json!({"tenant": "t", "calls": [
+            {"id": "w", "tool": "fs.write_file", "input": {"path": "n.txt", "content": "hi"}},
+            {"id": "r", "tool": "fs.read_text_file", "input": {"path": "n.txt"}}]})
+        .to_string(),
+    )
+    .unwrap();
+    let r = sluice(
+        &[
+            "run",
+            "--batch",
+            b,
+            "--mcp-server",
+            &format!("fs={fs}"),
+            "--effects",
+            o,
+        ],
+        None,
+        None,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let out = r.json();
+    assert_eq!(out["results"][1]["output"]["content"], "hi", "{out}");
+}

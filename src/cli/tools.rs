@@ -33,6 +33,8 @@ pub(crate) struct Args {
     mcp_endpoint: Vec<String>,
     #[command(flatten)]
     packs: super::common::PackArgs,
+    #[command(flatten)]
+    mcp_servers: super::adopt::McpServerArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -49,6 +51,7 @@ enum ToolsFormat {
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut registry = load_tools(&args.tools, None, KvStore::new())?;
     bind_endpoints(&mut registry, &args.mcp_endpoint)?;
+    args.mcp_servers.adopt(&mut registry)?;
     args.packs.register(&mut registry, None)?;
     let names = ToolNames::new(&registry)?;
     let options = ExportOptions::default()

@@ -22,9 +22,10 @@ use sluice_kernel::provenance::{BatchRecord, Record};
 use sluice_provenance::chain;
 
 /// The targets, by name (as `fuzz/fuzz_targets/<name>.rs` and the corpus folders name them).
-pub const TARGETS: [&str; 8] = [
+pub const TARGETS: [&str; 9] = [
     "manifest",
     "pack_index",
+    "path_rules",
     "pattern",
     "graph",
     "policy",
@@ -38,6 +39,7 @@ pub fn run(name: &str, data: &[u8]) {
     match name {
         "manifest" => manifest(data),
         "pack_index" => pack_index(data),
+        "path_rules" => path_rules(data),
         "pattern" => pattern(data),
         "graph" => graph(data),
         "policy" => policy(data),
@@ -45,6 +47,70 @@ pub fn run(name: &str, data: &[u8]) {
         "provenance" => provenance(data),
         "url_template" => url_template(data),
         other => panic!("no fuzz target `{other}`"),
+    }
+}
+
+/// Path rules (`metadata.sluice.paths`, how an MCP server resolves its paths) never panic: read
+/// from any JSON (`{"rules": .., "input": ..}`), rules that read write back to themselves, and the
+/// rewrite of any input leaves every field but the path fields as it was and makes each path
+/// (a string, or a string in an array) either `null` (could be any file) or an absolute path
+/// with no `.` or `..` component.
+pub fn path_rules(data: &[u8]) {
+    use sluice_kernel::access::PathRules;
+    let Ok(value) = serde_json::from_slice::<Value>(data) else {
+        return;
+    };
+    let Some(rules) = value.get("rules") else {
+        return;
+    };
+    let Ok(rules) = PathRules::from_value(rules) else {
+        return;
+    };
+    assert_eq!(
+        PathRules::from_value(&rules.to_value()).as_ref(),
+        Ok(&rules),
+        "the rules read back what they write"
+    );
+    let input = value.get("input").cloned().unwrap_or(Value::Null);
+    let out = rules.rewrite(&input);
+    let (Value::Object(before), Value::Object(after)) = (&input, &out) else {
+        assert_eq!(out, input, "a non-object input is left as it is");
+        return;
+    };
+    assert_eq!(before.len(), after.len());
+    let normal = |v: &Value| match v {
+        Value::Null => true,
+        Value::String(p) => {
+            let p = std::path::Path::new(p);
+            p.is_absolute()
+                && p.components().all(|c| {
+                    !matches!(
+                        c,
+                        std::path::Component::CurDir | std::path::Component::ParentDir
+                    )
+                })
+        }
+        _ => false,
+    };
+    for (k, v) in before {
+        let w = &after[k];
+        if !rules.fields.contains(k) {
+            assert_eq!(v, w, "`{k}` is not a path field");
+            continue;
+        }
+        match (v, w) {
+            (Value::String(_), w) => assert!(normal(w), "`{k}`: {v} became {w}"),
+            (Value::Array(a), Value::Array(b)) => {
+                assert_eq!(a.len(), b.len());
+                for (x, y) in a.iter().zip(b) {
+                    match x {
+                        Value::String(_) => assert!(normal(y), "`{k}`: {x} became {y}"),
+                        _ => assert_eq!(x, y),
+                    }
+                }
+            }
+            (v, w) => assert_eq!(v, w, "`{k}` holds no path"),
+        }
     }
 }
 

@@ -69,7 +69,7 @@ impl ImportOptions {
         self
     }
 
-    /// These options with this catalog ([`EffectsCatalog::empty`]: none, today's default).
+    /// These options with this catalog ([`EffectsCatalog::empty`]: none, the hints alone).
     pub fn with_catalog(mut self, catalog: EffectsCatalog) -> Self {
         self.catalog = catalog;
         self

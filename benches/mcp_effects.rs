@@ -164,12 +164,7 @@ type Client = rmcp::service::RunningService<rmcp::RoleClient, rmcp::model::Clien
 /// A client straight at its own server process, no Sluice: the server's own floor.
 async fn straight(endpoint: &str) -> Client {
     use rmcp::ServiceExt;
-    let argv: Vec<&str> = endpoint
-        .trim_start_matches("mcp+stdio://")
-        .split(' ')
-        .collect();
-    let mut cmd = tokio::process::Command::new(argv[0]);
-    cmd.args(&argv[1..]);
+    let cmd = support::reference::command(endpoint);
     rmcp::model::ClientConfig::new(
         rmcp::model::ClientCapabilities::default(),
         rmcp::model::Implementation::new("bench", "1.0.0"),

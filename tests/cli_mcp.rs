@@ -69,7 +69,11 @@ fn import_writes_manifests_that_validate_and_keeps_edited_ones() {
         None,
     );
     assert_eq!(forced.code, 0, "{}", forced.stderr);
-    assert!(read_json(&edited).get("effects").is_none());
+    // The catalog's effects again (the person's belong in an overlay: docs/mcp-effects.md).
+    assert_eq!(
+        read_json(&edited)["effects"],
+        json!([{"kind": "writes", "resource": "everything:logging"}])
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -618,6 +618,15 @@ effects = [{ kind = "writes", resource = "fs:{path}" }, { kind = "writes", resou
         "{}",
         i.stderr
     );
+    // A misspelt server would apply to nothing: an error naming it and the server there is.
+    std::fs::write(&bad, r#"{"server": "filesystem", "tools": {}}"#).unwrap();
+    let i = sluice(&["mcp", "import", &endpoint, "--effects", &b], None, None);
+    assert_eq!(i.code, 1, "{}", i.stderr);
+    assert!(
+        i.stderr.contains("`filesystem`") && i.stderr.contains("`secure-filesystem-server`"),
+        "{}",
+        i.stderr
+    );
     // Not an overlay at all: where and why.
     std::fs::write(
         &bad,

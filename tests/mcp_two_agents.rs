@@ -57,13 +57,7 @@ async fn through_gateway(base: &str) -> Client {
 }
 
 async fn straight(root: &Path) -> Client {
-    let endpoint = reference::filesystem(&[root]);
-    let argv: Vec<&str> = endpoint
-        .trim_start_matches("mcp+stdio://")
-        .split(' ')
-        .collect();
-    let mut cmd = tokio::process::Command::new(argv[0]);
-    cmd.args(&argv[1..]);
+    let cmd = reference::command(&reference::filesystem(&[root]));
     config()
         .serve(TokioChildProcess::new(cmd).unwrap())
         .await

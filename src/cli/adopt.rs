@@ -175,6 +175,7 @@ impl McpServerArgs {
             return Ok(());
         }
         let runtime = tokio::runtime::Runtime::new()?;
+        let mut servers = Vec::new();
         for spec in specs {
             let mut options = ImportOptions::default()
                 .with_prefix(&spec.name)
@@ -185,6 +186,7 @@ impl McpServerArgs {
             for w in &imported.warnings {
                 eprintln!("warning: --mcp-server {}: {w}", spec.name);
             }
+            servers.push(imported.server.0.clone());
             check_manifests(&imported.manifests)?;
             for (i, m) in imported.manifests.into_iter().enumerate() {
                 registry.insert_raw(RawManifest {
@@ -196,8 +198,33 @@ impl McpServerArgs {
                 })?;
             }
         }
-        Ok(())
+        overlays_match(&overlays, &servers)
     }
+}
+
+/// Exit 1 when an overlay names a server none of `servers` (the `serverInfo.name`s of the servers
+/// adopted or imported) is: a misspelt server would otherwise leave every tool it names without
+/// the effects the overlay gives them, silently.
+pub(crate) fn overlays_match(overlays: &[EffectsFile], servers: &[String]) -> anyhow::Result<()> {
+    for o in overlays {
+        if let Some(s) = o.servers.iter().find(|s| !servers.contains(&s.server)) {
+            return Err(sluice::kernel::Error::EffectsOverlay {
+                origin: o.origin.clone(),
+                reason: format!(
+                    "it names the server `{}`, which is none of the servers here ({}): an \
+                     overlay matches a server by the `serverInfo.name` it announces",
+                    s.server,
+                    servers
+                        .iter()
+                        .map(|n| format!("`{n}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }
+            .into());
+        }
+    }
+    Ok(())
 }
 
 /// Exit 1 naming each tool whose manifest would not validate.

@@ -81,6 +81,7 @@ pub(crate) fn run(command: Command) -> anyhow::Result<ExitCode> {
     options.overlays = args.effects.load()?;
     let runtime = tokio::runtime::Runtime::new()?;
     let imported = runtime.block_on(import_manifests(&endpoint, &options))?;
+    super::adopt::overlays_match(&options.overlays, std::slice::from_ref(&imported.server.0))?;
     for w in &imported.warnings {
         eprintln!("warning: {w}");
     }

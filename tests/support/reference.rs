@@ -53,3 +53,12 @@ pub fn python(module: &str) -> String {
 pub fn everything() -> String {
     super::mcp::everything_stdio("")
 }
+
+/// The command line of a stdio endpoint these helpers make (their arguments hold no spaces), to
+/// start the server straight, without Sluice.
+pub fn command(endpoint: &str) -> tokio::process::Command {
+    let mut argv = endpoint.trim_start_matches("mcp+stdio://").split(' ');
+    let mut cmd = tokio::process::Command::new(argv.next().expect("a program"));
+    cmd.args(argv);
+    cmd
+}

@@ -337,26 +337,29 @@ pub(crate) fn apply(
 pub(crate) fn published(
     meta: &Map<String, Value>,
 ) -> Option<Result<(ToolEffects, Option<PathRules>), String>> {
-    let effects = meta.get(EFFECTS_META)?;
-    Some((|| {
-        let effects: Vec<Effect> = serde_json::from_value(effects.clone())
-            .map_err(|e| format!("`_meta.{EFFECTS_META}`: {e}"))?;
-        let rules = match meta.get(PATHS_META) {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(
-                PathRules::from_value(v).map_err(|why| format!("`_meta.{PATHS_META}`: {why}"))?,
-            ),
-        };
-        Ok((
-            ToolEffects {
-                input: None,
-                paths: rules.as_ref().map(|r| r.fields.clone()).unwrap_or_default(),
-                effects,
-                mutating: None,
-            },
-            rules,
-        ))
-    })())
+    meta.get(EFFECTS_META)
+        .map(|effects| read_published(effects, meta.get(PATHS_META)))
+}
+
+fn read_published(
+    effects: &Value,
+    paths: Option<&Value>,
+) -> Result<(ToolEffects, Option<PathRules>), String> {
+    let effects: Vec<Effect> = serde_json::from_value(effects.clone())
+        .map_err(|e| format!("`_meta.{EFFECTS_META}`: {e}"))?;
+    let rules = match paths {
+        None | Some(Value::Null) => None,
+        Some(v) => {
+            Some(PathRules::from_value(v).map_err(|why| format!("`_meta.{PATHS_META}`: {why}"))?)
+        }
+    };
+    let tool = ToolEffects {
+        input: None,
+        paths: rules.as_ref().map(|r| r.fields.clone()).unwrap_or_default(),
+        effects,
+        mutating: None,
+    };
+    Ok((tool, rules))
 }
 
 #[cfg(test)]
@@ -399,6 +402,29 @@ mod tests {
         let why = shape_difference(&expected, &shape).unwrap();
         assert!(why.contains("`p` is `string`, not `number`"), "{why}");
         assert!(why.contains("`u` is new"), "{why}");
+    }
+
+    #[test]
+    fn published_effects_read_or_say_why_not() {
+        let meta = |v: Value| -> Map<String, Value> { serde_json::from_value(v).unwrap() };
+        assert!(published(&meta(json!({"sluice.dev/version": "1.0.0"}))).is_none());
+        let (tool, rules) = published(&meta(
+            json!({EFFECTS_META: [{"kind": "writes", "resource": "fs:{path}"}],
+            PATHS_META: {"fields": ["path"], "roots": ["/srv"]}}),
+        ))
+        .unwrap()
+        .unwrap();
+        assert!(tool.is_mutating());
+        assert_eq!(tool.paths, vec!["path".to_owned()]);
+        assert_eq!(rules.unwrap().roots, vec![std::path::PathBuf::from("/srv")]);
+        let bad = published(&meta(json!({EFFECTS_META: [{"kind": "teleports"}]})))
+            .unwrap()
+            .unwrap_err();
+        assert!(bad.contains(EFFECTS_META), "{bad}");
+        let bad = published(&meta(json!({EFFECTS_META: [], PATHS_META: {"fields": []}})))
+            .unwrap()
+            .unwrap_err();
+        assert!(bad.contains(PATHS_META), "{bad}");
     }
 
     #[test]

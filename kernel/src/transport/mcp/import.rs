@@ -184,46 +184,36 @@ pub async fn import_manifests(endpoint: &McpEndpoint, options: &ImportOptions) -
         };
         let tool_name = t.name.as_ref();
         let published = t.meta.as_ref().and_then(|m| effects::published(&m.0));
-        if let Some((o, e)) = overlays
+        let overlay = overlays
             .iter()
             .rev()
-            .find_map(|o| o.tools.get(tool_name).map(|e| (o, e)))
-        {
+            .find_map(|o| o.tools.get(tool_name).map(|e| (o, e)));
+        let entry = catalog.and_then(|c| c.tools.get(tool_name).map(|e| (c, e)));
+        if let Some((o, e)) = overlay {
+            let from = format!("overlay:{}", o.origin);
             match guard(e, t) {
-                None => effects::apply(
-                    &mut m,
-                    e,
-                    rules(&e.paths).as_ref(),
-                    &format!("overlay:{}", o.origin),
-                ),
-                Some(why) => {
-                    warnings.push(format!(
-                    "the overlay `{}` is not applied to the tool `{tool_name}`: its input schema \
-                     changed ({why})", o.origin))
-                }
+                None => effects::apply(&mut m, e, rules(&e.paths).as_ref(), &from),
+                Some(why) => warnings.push(format!(
+                    "the overlay `{}` is not applied to the tool `{tool_name}`: its input \
+                     schema is not the one it was written for ({why})",
+                    o.origin
+                )),
             }
         } else if let (true, Some(p)) = (options.trust_published, &published) {
             match p {
                 Ok((e, r)) => effects::apply(&mut m, e, r.as_ref(), "published"),
-                Err(why) => {
-                    warnings
-                        .push(format!(
+                Err(why) => warnings.push(format!(
                     "the tool `{tool_name}` publishes effects that do not read ({why}): its \
-                     hints are used instead"))
-                }
+                     hints are used instead"
+                )),
             }
-        } else if let Some(e) = catalog.and_then(|c| c.tools.get(tool_name)) {
+        } else if let Some((c, e)) = entry {
             match guard(e, t) {
-                None => effects::apply(
-                    &mut m,
-                    e,
-                    rules(&e.paths).as_ref(),
-                    catalog.map_or("catalog", |c| c.origin.as_str()),
-                ),
+                None => effects::apply(&mut m, e, rules(&e.paths).as_ref(), &c.origin),
                 Some(why) => warnings.push(format!(
-                    "the catalog's effects of `{tool_name}` ({name}) are not applied: its input \
-                     schema is not the one they were written for ({why}); it falls back to its \
-                     hints"
+                    "the catalog's effects of `{tool_name}` ({name}) are not applied: its \
+                     input schema is not the one they were written for ({why}); it falls back \
+                     to its hints"
                 )),
             }
         } else if catalog.is_some() {

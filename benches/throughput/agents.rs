@@ -157,12 +157,14 @@ async fn sample(
     out
 }
 
-async fn through_sluice(
-    kernel: &Kernel,
-    agents: usize,
-    roots: &[usize],
-    live: Option<Live>,
-) -> Figures {
+/// Runs `agents` agents for [`RUN`], each running `one_turn(agent, latencies)` (which runs one
+/// turn, records the latencies of its calls with no predecessor and returns how many calls it
+/// ran) again and again, with the heap sampled meanwhile.
+async fn drive<F, Fut>(agents: usize, live: Option<Live>, one_turn: F) -> Figures
+where
+    F: Fn(usize, Arc<Histogram>) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = usize> + Send,
+{
     let latencies = Arc::new(Histogram::new());
     let calls = Arc::new(AtomicUsize::new(0));
     let running = Arc::new(AtomicBool::new(true));
@@ -171,26 +173,15 @@ async fn through_sluice(
     let start = Instant::now();
     let tasks: Vec<_> = (0..agents)
         .map(|a| {
-            let kernel = kernel.clone();
-            let roots = roots.to_vec();
+            let one_turn = one_turn.clone();
             let (in_flight, latencies, count) =
                 (in_flight.clone(), latencies.clone(), calls.clone());
             tokio::spawn(async move {
                 while start.elapsed() < RUN {
-                    let calls = turn(a);
-                    let n = calls.len();
-                    in_flight.fetch_add(n, Ordering::Relaxed);
-                    let r = kernel
-                        .run(Batch::new("acme", calls).unwrap())
-                        .await
-                        .unwrap();
-                    in_flight.fetch_sub(n, Ordering::Relaxed);
-                    for (i, c) in r.results.iter().enumerate() {
-                        assert_eq!(c.status, Status::Ok, "{c:?}");
-                        if roots.contains(&i) {
-                            latencies.record(c.started.unwrap());
-                        }
-                    }
+                    // Every turn has the same number of calls.
+                    in_flight.fetch_add(TURN_CALLS, Ordering::Relaxed);
+                    let n = one_turn(a, latencies.clone()).await;
+                    in_flight.fetch_sub(TURN_CALLS, Ordering::Relaxed);
                     count.fetch_add(n, Ordering::Relaxed);
                 }
             })
@@ -207,60 +198,65 @@ async fn through_sluice(
     }
 }
 
+/// The calls of a turn ([`turn`]).
+const TURN_CALLS: usize = 10;
+
+async fn through_sluice(
+    kernel: &Kernel,
+    agents: usize,
+    roots: &[usize],
+    live: Option<Live>,
+) -> Figures {
+    let (kernel, roots) = (kernel.clone(), Arc::new(roots.to_vec()));
+    drive(agents, live, move |a, latencies: Arc<Histogram>| {
+        let (kernel, roots) = (kernel.clone(), roots.clone());
+        async move {
+            let r = kernel
+                .run(Batch::new("acme", turn(a)).unwrap())
+                .await
+                .unwrap();
+            for (i, c) in r.results.iter().enumerate() {
+                assert_eq!(c.status, Status::Ok, "{c:?}");
+                if roots.contains(&i) {
+                    latencies.record(c.started.unwrap());
+                }
+            }
+            r.results.len()
+        }
+    })
+    .await
+}
+
 async fn without_sluice(
     h: Arc<dyn Handler>,
     manifest: Arc<Manifest>,
     agents: usize,
     live: Option<Live>,
 ) -> Figures {
-    let latencies = Arc::new(Histogram::new());
-    let calls = Arc::new(AtomicUsize::new(0));
-    let running = Arc::new(AtomicBool::new(true));
-    let in_flight = Arc::new(AtomicUsize::new(0));
-    let sampler = tokio::spawn(sample(running.clone(), in_flight.clone(), live));
-    let start = Instant::now();
-    let tasks: Vec<_> = (0..agents)
-        .map(|a| {
-            let h = h.clone();
-            let manifest = manifest.clone();
-            let (in_flight, latencies, count) =
-                (in_flight.clone(), latencies.clone(), calls.clone());
-            tokio::spawn(async move {
-                while start.elapsed() < RUN {
-                    let calls = turn(a);
-                    let n = calls.len();
-                    in_flight.fetch_add(n, Ordering::Relaxed);
-                    let submitted = Instant::now();
-                    let spawned: Vec<_> = calls
-                        .into_iter()
-                        .map(|c| {
-                            let ctx = ToolContext::detached("acme", &c.id, manifest.clone());
-                            let h = h.clone();
-                            tokio::spawn(async move {
-                                let started = submitted.elapsed();
-                                h.call(ctx, c.input).await.unwrap();
-                                started
-                            })
-                        })
-                        .collect();
-                    for s in spawned {
-                        latencies.record(s.await.unwrap());
-                    }
-                    in_flight.fetch_sub(n, Ordering::Relaxed);
-                    count.fetch_add(n, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.unwrap();
-    }
-    running.store(false, Ordering::Relaxed);
-    Figures {
-        calls: calls.load(Ordering::Relaxed),
-        latencies: Arc::into_inner(latencies).unwrap(),
-        bytes_per_call: sampler.await.unwrap(),
-    }
+    drive(agents, live, move |a, latencies: Arc<Histogram>| {
+        let (h, manifest) = (h.clone(), manifest.clone());
+        async move {
+            let submitted = Instant::now();
+            let spawned: Vec<_> = turn(a)
+                .into_iter()
+                .map(|c| {
+                    let ctx = ToolContext::detached("acme", &c.id, manifest.clone());
+                    let h = h.clone();
+                    tokio::spawn(async move {
+                        let started = submitted.elapsed();
+                        h.call(ctx, c.input).await.unwrap();
+                        started
+                    })
+                })
+                .collect();
+            let n = spawned.len();
+            for s in spawned {
+                latencies.record(s.await.unwrap());
+            }
+            n
+        }
+    })
+    .await
 }
 
 fn median(v: &mut [f64]) -> f64 {

@@ -28,10 +28,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use sluice::kernel::model::{ManifestSource, McpEndpoint, RawManifest};
+use sluice::kernel::model::McpEndpoint;
 use sluice::kernel::run::Kernel;
 use sluice::kernel::transport::mcp::{import_manifests, EffectsCatalog, ImportOptions};
-use sluice::kernel::transport::ToolRegistry;
 use sluice::kernel::{Batch, Call, Status};
 
 #[path = "../tests/support/mod.rs"]
@@ -91,21 +90,6 @@ fn turn(root: &str, rev: usize) -> Vec<(String, String, Value)> {
     .into_iter()
     .map(|(id, tool, input)| (id.to_owned(), format!("fs.{tool}"), input))
     .collect()
-}
-
-fn registry(manifests: &[Value]) -> ToolRegistry {
-    let mut r = ToolRegistry::new();
-    for (i, m) in manifests.iter().enumerate() {
-        r.insert_raw(RawManifest {
-            source: ManifestSource {
-                path: "bench".into(),
-                pointer: format!("/{i}"),
-            },
-            value: m.clone(),
-        })
-        .unwrap();
-    }
-    r
 }
 
 /// The catalog's manifests made one read/write lock on the filesystem.
@@ -235,7 +219,7 @@ fn main() {
         let kernel = |manifests: &[Value]| {
             // Each kernel starts its own server process.
             Kernel::builder()
-                .tools(registry(manifests))
+                .tools(support::reference::registry_of(manifests))
                 .build()
                 .unwrap()
         };

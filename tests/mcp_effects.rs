@@ -14,11 +14,11 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::symlink;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::{json, Value};
 use sluice_kernel::access::Normalizers;
-use sluice_kernel::model::{ManifestSource, McpEndpoint, RawManifest};
+use sluice_kernel::model::McpEndpoint;
 use sluice_kernel::order::Plan;
 use sluice_kernel::transport::mcp::{
     import_manifests, EffectsCatalog, EffectsFile, ImportOptions, Imported,
@@ -36,18 +36,7 @@ async fn import(endpoint: &str, options: ImportOptions) -> Imported {
 }
 
 fn registry(imported: &Imported) -> ToolRegistry {
-    let mut r = ToolRegistry::new();
-    for (i, m) in imported.manifests.iter().enumerate() {
-        r.insert_raw(RawManifest {
-            source: ManifestSource {
-                path: PathBuf::from("import"),
-                pointer: format!("/{i}"),
-            },
-            value: m.clone(),
-        })
-        .unwrap();
-    }
-    r
+    reference::registry_of(&imported.manifests)
 }
 
 /// The plan of `calls` (`(id, tool, input)`).
@@ -309,10 +298,7 @@ async fn git_tools_name_their_repository() {
         ImportOptions::default().with_prefix("fs"),
     )
     .await;
-    let mut r = registry(&git_tools);
-    for t in registry(&fs_tools).iter() {
-        r.insert_arc(t.clone()).unwrap();
-    }
+    let r = reference::registry_of(&[git_tools.manifests.clone(), fs_tools.manifests].concat());
     let (sa, sb) = (a.display().to_string(), b.display().to_string());
     let p = plan(
         &r,

@@ -62,3 +62,19 @@ pub fn command(endpoint: &str) -> tokio::process::Command {
     cmd.args(argv);
     cmd
 }
+
+/// A registry of imported manifests (each from `import_manifests`), in their order.
+pub fn registry_of(manifests: &[serde_json::Value]) -> sluice_kernel::transport::ToolRegistry {
+    let mut r = sluice_kernel::transport::ToolRegistry::new();
+    for (i, m) in manifests.iter().enumerate() {
+        r.insert_raw(sluice_kernel::model::RawManifest {
+            source: sluice_kernel::model::ManifestSource {
+                path: "imported".into(),
+                pointer: format!("/{i}"),
+            },
+            value: m.clone(),
+        })
+        .expect("an imported manifest registers");
+    }
+    r
+}

@@ -238,7 +238,7 @@ pub fn pattern(data: &[u8]) {
     assert_eq!(a.overlaps(&b), b.overlaps(&a), "`{ta}` `{tb}` asymmetric");
     assert_eq!(
         a.overlaps(&b),
-        general::overlaps(a.tokens(), b.tokens()),
+        general::overlaps(&a.tokens(), &b.tokens()),
         "fast path and general routine differ on `{ta}` `{tb}`"
     );
     if a.contains(&b) {

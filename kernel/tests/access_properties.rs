@@ -63,4 +63,26 @@ proptest! {
         prop_assert_eq!(fast.len(), 1);
         prop_assert_eq!(format!("{}*", fast[0]), general[0].clone());
     }
+
+    /// Planning expands templates straight into tokens; the texts, parsed back, are the
+    /// reference.
+    #[test]
+    fn expanding_into_patterns_agrees_with_parsing_the_texts(
+        template in "([a*?/:]|\\\\[*?{}]|\\{[abx]\\}){0,8}",
+        a in prop_oneof![
+            "[a*?\\\\{}é/]{0,6}".prop_map(|s| json!(s)),
+            (0u32..100).prop_map(|n| json!(n)),
+            proptest::collection::vec("[a*]{0,3}", 0..3).prop_map(|v| json!(v)),
+            Just(json!(null)),
+            Just(json!({"k": 1})),
+        ],
+        b in "[a?]{0,3}",
+    ) {
+        let t = ResourceTemplate::parse(&template).unwrap();
+        let input = json!({"a": a, "b": b});
+        let want: Vec<Pattern> = t.expand(&input).iter().map(|s| Pattern::parse(s).unwrap()).collect();
+        let mut got = Vec::new();
+        t.expand_patterns(&input, |p| got.push(p));
+        prop_assert_eq!(got, want, "{} with {}", template, input);
+    }
 }

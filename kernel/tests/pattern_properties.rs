@@ -82,11 +82,11 @@ proptest! {
     fn fast_paths_agree_with_the_general_routines(
         a in small_pattern(), b in small_pattern(), s in "[abz]{0,6}"
     ) {
-        prop_assert_eq!(a.overlaps(&b), general::overlaps(a.tokens(), b.tokens()));
-        prop_assert_eq!(a.contains(&b), general::contains(a.tokens(), b.tokens()));
-        prop_assert_eq!(a.matches(&s), general::matches(a.tokens(), &s));
+        prop_assert_eq!(a.overlaps(&b), general::overlaps(&a.tokens(), &b.tokens()));
+        prop_assert_eq!(a.contains(&b), general::contains(&a.tokens(), &b.tokens()));
+        prop_assert_eq!(a.matches(&s), general::matches(&a.tokens(), &s));
         let chars: Vec<char> = s.chars().collect();
-        prop_assert_eq!(a.matches(&s), reference_matches(a.tokens(), &chars));
+        prop_assert_eq!(a.matches(&s), reference_matches(&a.tokens(), &chars));
     }
 
     #[test]
@@ -105,6 +105,23 @@ proptest! {
         if let Some(text) = a.as_exact() {
             prop_assert!(a.matches(text));
         }
+    }
+
+    /// However a pattern is built (parsed, from its tokens, as a literal), equal patterns are
+    /// equal and hash alike: exact patterns keep only their string, the others their tokens.
+    #[test]
+    fn every_way_of_building_a_pattern_agrees(a in small_pattern(), b in small_pattern()) {
+        use std::hash::{BuildHasher, RandomState};
+        let rebuilt = Pattern::from_tokens(a.tokens().into_owned());
+        let hasher = RandomState::new();
+        prop_assert_eq!(&rebuilt, &a);
+        prop_assert_eq!(hasher.hash_one(&rebuilt), hasher.hash_one(&a));
+        if let Some(text) = a.as_exact() {
+            let literal = Pattern::literal(text);
+            prop_assert_eq!(&literal, &a);
+            prop_assert_eq!(hasher.hash_one(&literal), hasher.hash_one(&a));
+        }
+        prop_assert_eq!(a == b, a.tokens() == b.tokens());
     }
 
     #[test]
@@ -140,12 +157,12 @@ fn containment_is_exact_up_to_its_token_limit_and_safe_beyond() {
     let at_limit = format!("*{}*", "a".repeat(MAX_CONTAINMENT_TOKENS - 2));
     let p = Pattern::parse(&at_limit).unwrap();
     assert_eq!(p.tokens().len(), MAX_CONTAINMENT_TOKENS);
-    assert!(general::contains(p.tokens(), p.tokens()));
+    assert!(general::contains(&p.tokens(), &p.tokens()));
     for extra in [1, 2, 80] {
         let beyond = format!("*{}*", "a".repeat(MAX_CONTAINMENT_TOKENS - 2 + extra));
         let q = Pattern::parse(&beyond).unwrap();
         assert!(
-            !general::contains(q.tokens(), q.tokens()),
+            !general::contains(&q.tokens(), &q.tokens()),
             "{} tokens",
             q.tokens().len()
         );
@@ -160,7 +177,7 @@ fn containment_is_exact_up_to_its_token_limit_and_safe_beyond() {
 fn containment_gives_up_safely_past_its_state_budget() {
     let p = |n: usize| Pattern::parse(&format!("*a{}", "?".repeat(n))).unwrap();
     let small = p(8);
-    assert!(general::contains(small.tokens(), small.tokens()));
+    assert!(general::contains(&small.tokens(), &small.tokens()));
     let big = p(18);
-    assert!(!general::contains(big.tokens(), big.tokens()));
+    assert!(!general::contains(&big.tokens(), &big.tokens()));
 }

@@ -69,11 +69,15 @@ impl Normalizers {
         if self.by_scheme.is_empty() {
             return pattern;
         }
-        let scheme = match pattern.literal_prefix().split_once(':') {
-            Some((scheme, _)) => scheme,
-            None => return pattern,
+        // The scheme is the text before the first `:`: for a name without `:` (a name with one
+        // is never a scheme), "starts with `k:`" says it without searching the text for a colon.
+        let prefix = pattern.literal_prefix();
+        let has_scheme = |k: &str| {
+            prefix.as_bytes().get(k.len()) == Some(&b':')
+                && prefix.starts_with(k)
+                && !k.contains(':')
         };
-        match self.by_scheme.iter().find(|(k, _)| k == scheme) {
+        match self.by_scheme.iter().find(|(k, _)| has_scheme(k)) {
             Some((_, n)) => n.normalize(pattern),
             None => pattern,
         }
@@ -91,6 +95,15 @@ pub struct FsNormalizer;
 
 impl Normalizer for FsNormalizer {
     fn normalize(&self, pattern: Pattern) -> Pattern {
+        // Most paths are exact and already normal: decided on the string, no tokens built.
+        if let Some(path) = pattern.as_exact().and_then(|s| s.strip_prefix("fs:")) {
+            let normal = path.split('/').enumerate().all(|(i, seg)| {
+                !matches!(seg, "." | "..") && (!seg.is_empty() || (i == 0 && path.len() > 1))
+            });
+            if path.is_empty() || normal || path == "/" {
+                return pattern;
+            }
+        }
         let tokens = pattern.tokens();
         let head = [Token::Lit('f'), Token::Lit('s'), Token::Lit(':')];
         let Some(path) = tokens.strip_prefix(&head[..]).filter(|p| !p.is_empty()) else {
@@ -146,7 +159,7 @@ impl Normalizer for FsNormalizer {
         } else if segs.is_empty() && !absolute {
             out.push(Token::Lit('.'));
         }
-        if out == tokens {
+        if out[..] == tokens[..] {
             return pattern; // already normal: keep the very same pattern
         }
         Pattern::from_tokens(out)

@@ -53,6 +53,7 @@
 //! is sorted at parse time into its cheapest [`Strategy`]; the general routines above run only
 //! when both sides need them. The tests hold every fast path to the general routine.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -102,8 +103,11 @@ pub enum Strategy {
 pub struct Pattern(Arc<Inner>);
 
 struct Inner {
+    /// The tokens of a pattern with a wildcard; empty for an exact pattern, whose tokens are its
+    /// `prefix`'s characters (one allocation fewer for the commonest resource).
     tokens: Box<[Token]>,
-    /// The characters before the first wildcard, unescaped.
+    /// The characters before the first wildcard, unescaped (the whole string for an exact
+    /// pattern).
     prefix: Box<str>,
     strategy: Strategy,
 }
@@ -139,31 +143,30 @@ impl Pattern {
     /// ```
     pub fn parse(text: &str) -> Result<Self, PatternError> {
         let mut tokens = Vec::with_capacity(text.len());
-        let mut chars = text.chars();
-        while let Some(c) = chars.next() {
-            let t = match c {
-                '\\' => Token::Lit(chars.next().ok_or(PatternError::TrailingEscape)?),
-                '*' => Token::Star,
-                '?' => Token::One,
-                c => Token::Lit(c),
-            };
-            // `**` means `*`: keep runs of stars as one.
-            if t == Token::Star && tokens.last() == Some(&Token::Star) {
-                continue;
-            }
-            tokens.push(t);
-        }
+        push_tokens(&mut tokens, text)?;
         Ok(Self::from_tokens(tokens))
     }
 
     /// A pattern that matches exactly `s` (its wildcards taken literally).
     pub fn literal(s: &str) -> Self {
-        Self::from_tokens(s.chars().map(Token::Lit).collect())
+        Self::exact(s.into())
+    }
+
+    /// The pattern that matches exactly `s`, taking the string over (no copy).
+    pub(crate) fn exact(s: Box<str>) -> Self {
+        Pattern(Arc::new(Inner {
+            tokens: Box::default(),
+            prefix: s,
+            strategy: Strategy::Exact,
+        }))
     }
 
     /// The pattern `*`, which matches everything.
     pub fn any() -> Self {
-        Self::from_tokens(vec![Token::Star])
+        // One shared `*`: every implicitly exclusive call names it.
+        static ANY: std::sync::OnceLock<Pattern> = std::sync::OnceLock::new();
+        ANY.get_or_init(|| Self::from_tokens(vec![Token::Star]))
+            .clone()
     }
 
     /// Builds a pattern from tokens (runs of stars are collapsed).
@@ -180,7 +183,7 @@ impl Pattern {
             }
         }
         let strategy = if first_wild == tokens.len() {
-            Strategy::Exact
+            return Self::exact(prefix.into_boxed_str());
         } else if first_wild + 1 == tokens.len() && tokens.get(first_wild) == Some(&Token::Star) {
             if first_wild == 0 {
                 Strategy::Any
@@ -197,9 +200,12 @@ impl Pattern {
         }))
     }
 
-    /// The tokens.
-    pub fn tokens(&self) -> &[Token] {
-        &self.0.tokens
+    /// The tokens (built on the fly for an exact pattern, which keeps only its string).
+    pub fn tokens(&self) -> Cow<'_, [Token]> {
+        match self.0.strategy {
+            Strategy::Exact => Cow::Owned(self.0.prefix.chars().map(Token::Lit).collect()),
+            _ => Cow::Borrowed(&self.0.tokens),
+        }
     }
 
     /// The strategy chosen for this pattern.
@@ -270,10 +276,33 @@ impl Pattern {
     /// The canonical text of the pattern: wildcards as `*` and `?`, and the characters
     /// `* ? \ { }` escaped where they are literal. `Pattern::parse(&p.to_string()) == p`.
     pub fn to_text(&self) -> String {
+        if self.0.strategy == Strategy::Exact {
+            return escape(&self.0.prefix);
+        }
         let mut s = String::with_capacity(self.0.tokens.len() + 4);
         write_tokens(&mut s, &self.0.tokens);
         s
     }
+}
+
+/// Appends the tokens of pattern text to `tokens` (runs of stars kept as one); the text's own
+/// parse, without building a pattern. Resource templates prepare their literal parts with it once.
+pub(crate) fn push_tokens(tokens: &mut Vec<Token>, text: &str) -> Result<(), PatternError> {
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        let t = match c {
+            '\\' => Token::Lit(chars.next().ok_or(PatternError::TrailingEscape)?),
+            '*' => Token::Star,
+            '?' => Token::One,
+            c => Token::Lit(c),
+        };
+        // `**` means `*`: keep runs of stars as one.
+        if t == Token::Star && tokens.last() == Some(&Token::Star) {
+            continue;
+        }
+        tokens.push(t);
+    }
+    Ok(())
 }
 
 /// Appends the canonical text of `tokens` to `out`.
@@ -306,7 +335,13 @@ pub fn escape(s: &str) -> String {
 
 impl PartialEq for Pattern {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0) || self.0.tokens == other.0.tokens
+        // Tokens are kept for wildcard patterns only; an exact pattern is its string.
+        Arc::ptr_eq(&self.0, &other.0)
+            || match (self.0.strategy, other.0.strategy) {
+                (Strategy::Exact, Strategy::Exact) => self.0.prefix == other.0.prefix,
+                (Strategy::Exact, _) | (_, Strategy::Exact) => false,
+                _ => self.0.tokens == other.0.tokens,
+            }
     }
 }
 
@@ -314,7 +349,16 @@ impl Eq for Pattern {}
 
 impl std::hash::Hash for Pattern {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.0.tokens.hash(state);
+        match self.0.strategy {
+            Strategy::Exact => {
+                state.write_u8(0);
+                self.0.prefix.hash(state);
+            }
+            _ => {
+                state.write_u8(1);
+                self.0.tokens.hash(state);
+            }
+        }
     }
 }
 
@@ -557,13 +601,13 @@ mod tests {
         let c = p(&format!("fs:/{big}/*/{big}.md"));
         assert!(a.overlaps(&b) && b.overlaps(&a));
         assert!(!a.overlaps(&c), "different suffix literals");
-        assert!(!general::overlaps(a.tokens(), c.tokens()));
+        assert!(!general::overlaps(&a.tokens(), &c.tokens()));
         // Wildcards at both ends and spread over a long middle: over the bound, the safe answer
         // (overlap) without the work, though these two never match one string.
         let spread = |c: char| format!("?{}", format!("{c}?").repeat(1500));
         let (d, e) = (p(&spread('a')), p(&spread('b')));
         assert!((d.tokens().len() + 1) * (e.tokens().len() + 1) > MAX_OVERLAP_CELLS);
-        assert!(general::overlaps(d.tokens(), e.tokens()));
+        assert!(general::overlaps(&d.tokens(), &e.tokens()));
     }
 
     #[test]

@@ -94,15 +94,12 @@ impl AccessPlan {
     pub fn accesses(&self, input: &Value, normalizers: &Normalizers) -> Vec<Access> {
         let mut out: Vec<Access> = Vec::with_capacity(self.effects.len() + 1);
         for (kind, template) in &self.effects {
-            for text in template.expand(input) {
-                // Expansion only inserts escaped values into a parsed template, so the text
-                // always parses; `*` is the safe fallback all the same.
-                let p = Pattern::parse(&text).unwrap_or_else(|_| Pattern::any());
+            template.expand_patterns(input, |p| {
                 let access = Access::new(*kind, normalizers.apply(p));
                 if !out.contains(&access) {
                     out.push(access);
                 }
-            }
+            });
         }
         if self.implicit_exclusive {
             out.push(Access::new(EffectKind::Writes, Pattern::any()));

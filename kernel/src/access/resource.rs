@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::pattern;
+use super::pattern::{self, Pattern, Token};
 use crate::model::template::{self, TextPart as Part};
 
 /// The most combinations several array placeholders in one resource may produce.
@@ -14,6 +14,17 @@ pub const MAX_COMBINATIONS: usize = 64;
 pub struct ResourceTemplate {
     /// Literal parts are pattern text (escapes kept).
     parts: Vec<Part>,
+    /// The same parts prepared once for expansion straight into tokens: literal text parsed,
+    /// placeholders by name.
+    pieces: Vec<Piece>,
+}
+
+/// A part of a template prepared for expansion into tokens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Piece {
+    /// Literal pattern text, as tokens, and as its one string when it holds no wildcard.
+    Lit(Box<[Token]>, Option<Box<str>>),
+    Var(Box<str>),
 }
 
 /// Why a resource template is not well formed (the same error as a text template's).
@@ -24,9 +35,78 @@ impl ResourceTemplate {
     /// `_`). A `{` that does not open a placeholder, a lone `}` or a trailing `\` is an error;
     /// write `\{`, `\}`, `\\` for the literal characters.
     pub fn parse(text: &str) -> Result<Self, TemplateError> {
-        Ok(ResourceTemplate {
-            parts: template::scan(text, true)?,
-        })
+        let parts = template::scan(text, true)?;
+        let pieces = parts
+            .iter()
+            .map(|p| match p {
+                Part::Lit(t) => {
+                    let mut tokens = Vec::with_capacity(t.len());
+                    // The scanner keeps each escape whole inside one literal part, so the part
+                    // parses; were it not to, `*` is the safe reading.
+                    if pattern::push_tokens(&mut tokens, t).is_err() {
+                        tokens = vec![Token::Star];
+                    }
+                    let text = tokens
+                        .iter()
+                        .map(|t| match t {
+                            Token::Lit(c) => Some(*c),
+                            _ => None,
+                        })
+                        .collect::<Option<String>>();
+                    Piece::Lit(tokens.into_boxed_slice(), text.map(String::into_boxed_str))
+                }
+                Part::Var(n) => Piece::Var(n.as_str().into()),
+            })
+            .collect();
+        Ok(ResourceTemplate { parts, pieces })
+    }
+
+    /// Expands the template against `input` straight into patterns, handing each to `each`: the
+    /// patterns [`ResourceTemplate::expand`]'s texts parse to, in the same order, without
+    /// rendering text and parsing it back (the planning hot path).
+    pub fn expand_patterns(&self, input: &Value, mut each: impl FnMut(Pattern)) {
+        // One pass to size the result and pick the path: an exact pattern is built as its one
+        // string (literal parts without wildcards, scalar values), anything else as tokens.
+        let (mut len, mut exact) = (0, true);
+        for piece in &self.pieces {
+            match piece {
+                Piece::Lit(_, Some(text)) => len += text.len(),
+                Piece::Lit(t, None) => (len, exact) = (len + t.len(), false),
+                Piece::Var(n) => match input.get(&**n) {
+                    Some(Value::Array(_)) => {
+                        // Arrays multiply: the general path (rare).
+                        for text in self.expand(input) {
+                            each(Pattern::parse(&text).unwrap_or_else(|_| Pattern::any()));
+                        }
+                        return;
+                    }
+                    Some(Value::String(s)) => len += s.len(),
+                    Some(Value::Number(_) | Value::Bool(_)) => len += 8,
+                    _ => exact = false,
+                },
+            }
+        }
+        if exact {
+            let mut text = String::with_capacity(len);
+            for piece in &self.pieces {
+                match (piece, piece_value(piece, input)) {
+                    (Piece::Lit(_, Some(t)), _) => text.push_str(t),
+                    (_, Some(Value::String(s))) => text.push_str(s),
+                    (_, Some(v)) => text.push_str(&v.to_string()),
+                    _ => {}
+                }
+            }
+            each(Pattern::exact(text.into_boxed_str()));
+            return;
+        }
+        let mut tokens = Vec::with_capacity(len + 1);
+        for piece in &self.pieces {
+            match piece {
+                Piece::Lit(t, _) => tokens.extend_from_slice(t),
+                Piece::Var(n) => push_value(&mut tokens, input.get(&**n)),
+            }
+        }
+        each(Pattern::from_tokens(tokens));
     }
 
     /// The distinct placeholder names, in order of first use.
@@ -138,6 +218,25 @@ impl ResourceTemplate {
     }
 }
 
+/// The input's value for a placeholder piece.
+fn piece_value<'a>(piece: &Piece, input: &'a Value) -> Option<&'a Value> {
+    match piece {
+        Piece::Var(n) => input.get(&**n),
+        Piece::Lit(..) => None,
+    }
+}
+
+/// A scalar's characters as literal tokens; anything else as `*` (as [`scalar_text`]).
+fn push_value(tokens: &mut Vec<Token>, v: Option<&Value>) {
+    match v {
+        Some(Value::String(s)) => tokens.extend(s.chars().map(Token::Lit)),
+        Some(v @ (Value::Number(_) | Value::Bool(_))) => {
+            tokens.extend(v.to_string().chars().map(Token::Lit))
+        }
+        _ => tokens.push(Token::Star),
+    }
+}
+
 /// What a placeholder stands for: one pattern text, or one per array element.
 enum Binding {
     One(String),
@@ -197,6 +296,35 @@ mod tests {
             texts("{a}{b}", json!({"a": big, "b": big})),
             vec!["**".to_string()]
         );
+    }
+
+    /// The token path is held to the text path: render, parse back, compare.
+    #[test]
+    fn patterns_are_the_parsed_texts() {
+        let cases = [
+            ("kv:{k}", json!({"k": "a*?\\{}"})),
+            ("kv:{k}", json!({"k": 4.5})),
+            ("kv:{k}", json!({"k": false})),
+            ("kv:{k}", json!({"k": {"x": 1}})),
+            ("kv:{k}", json!({})),
+            ("kv:\\{{k}\\}/*", json!({"k": "x"})),
+            ("fs:/r/{a}/{b}?", json!({"a": "p", "b": 7})),
+            ("{a}/{b}/{a}", json!({"a": ["x", "y"], "b": ["1", [2]]})),
+            ("kv:{k}", json!({"k": []})),
+            ("**{k}**", json!({"k": "*"})),
+            ("net:none", json!(null)),
+        ];
+        for (t, input) in cases {
+            let template = ResourceTemplate::parse(t).unwrap();
+            let want: Vec<Pattern> = template
+                .expand(&input)
+                .iter()
+                .map(|s| Pattern::parse(s).unwrap())
+                .collect();
+            let mut got = Vec::new();
+            template.expand_patterns(&input, |p| got.push(p));
+            assert_eq!(got, want, "template {t} with {input}");
+        }
     }
 
     #[test]

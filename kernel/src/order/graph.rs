@@ -23,6 +23,17 @@ impl ConflictGraph {
         Self::default()
     }
 
+    /// An empty graph with room for `calls` calls (about as many edges, three accesses each),
+    /// so that planning a batch of known size does not grow its tables call by call.
+    pub fn with_capacity(calls: usize) -> Self {
+        ConflictGraph {
+            graph: StableDiGraph::with_capacity(calls, calls),
+            nodes: Vec::with_capacity(calls),
+            index: ConflictIndex::with_capacity(calls * 3),
+            scratch: Vec::new(),
+        }
+    }
+
     /// Adds the next call (position = number of calls added before) and returns its position.
     pub fn add_call(&mut self, accesses: &[Access]) -> usize {
         let pos = self.nodes.len();

@@ -32,7 +32,7 @@
 //!
 //! Wildcard accesses (`blob:*`, `fs:/repo/*.rs`) are kept in buckets by literal prefix, read and
 //! write entries apart, each bucket in insertion order. An exact resource `k` only looks in the
-//! buckets whose prefix is a prefix of `k` (one lookup per distinct prefix length in use); a
+//! buckets whose prefix is a prefix of `k` (one hash probe per distinct prefix length in use); a
 //! wildcard pattern `p` looks in buckets whose prefix is a prefix of `p`'s, or extends it, and
 //! ranges over the exact resources that start with its prefix. Pattern pairs are interned and
 //! their overlap and containment answers memoized.
@@ -181,14 +181,14 @@ struct KeyState {
 /// wildcard read older than that write is ordered before it too. `prefixes` holds the bucket
 /// prefixes of `key`.
 fn initial_state(
-    wild: &BTreeMap<Box<str>, Bucket>,
+    buckets: &[Bucket],
     patterns: &[Pattern],
-    prefixes: &[Box<str>],
+    prefixes: &[u32],
     key: &str,
 ) -> KeyState {
     let mut latest: Option<WildEntry> = None;
-    for prefix in prefixes {
-        let Some(bucket) = wild.get(prefix) else {
+    for &b in prefixes {
+        let Some(bucket) = buckets.get(b as usize) else {
             continue;
         };
         for e in bucket.writes.iter().rev() {
@@ -221,8 +221,13 @@ struct WildEntry {
     pattern: u32,
 }
 
+/// The wildcard entries whose patterns share one literal prefix. Buckets live in a slab and are
+/// named by their index there, so that finding the buckets of a resource is a hash probe per
+/// prefix length and costs no allocation.
 #[derive(Debug, Default)]
 struct Bucket {
+    /// The literal prefix (empty while the slot is free).
+    prefix: Box<str>,
     /// Read entries, in insertion (sequence) order.
     reads: Vec<WildEntry>,
     /// Write entries, in insertion (sequence) order.
@@ -252,7 +257,13 @@ pub struct ConflictIndex {
     /// time a wildcard access arrives and kept from then on, so that batches of exact resources
     /// never pay for it.
     exact_sorted: Option<BTreeSet<ExactKey>>,
-    wild: BTreeMap<Box<str>, Bucket>,
+    /// The buckets of wildcard entries, by id; `free` holds the ids of emptied slots.
+    buckets: Vec<Bucket>,
+    free: Vec<u32>,
+    /// Live bucket prefix -> id: the probe an exact resource makes per prefix length.
+    bucket_ids: HashMap<Box<str>, u32>,
+    /// The same, ordered: the range scan a wildcard makes for the buckets that extend its prefix.
+    bucket_order: BTreeMap<Box<str>, u32>,
     /// Byte length of bucket prefixes in use -> how many buckets have it.
     prefix_lens: BTreeMap<usize, usize>,
     patterns: Vec<Pattern>,
@@ -265,7 +276,8 @@ pub struct ConflictIndex {
     /// The sources in `pending`, kept once `pending` grows past a handful.
     pending_from: std::collections::HashSet<usize>,
     scratch_keys: Vec<ExactKey>,
-    scratch_prefixes: Vec<Box<str>>,
+    /// Scratch: bucket ids.
+    scratch_prefixes: Vec<u32>,
     scratch_calls: Vec<usize>,
 }
 
@@ -273,7 +285,7 @@ impl fmt::Debug for ConflictIndex {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConflictIndex")
             .field("exact_resources", &self.exact.len())
-            .field("wildcard_buckets", &self.wild.len())
+            .field("wildcard_buckets", &self.bucket_ids.len())
             .field("patterns", &self.patterns.len())
             .finish()
     }
@@ -283,6 +295,14 @@ impl ConflictIndex {
     /// An empty index.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty index with room for `resources` exact resources.
+    pub fn with_capacity(resources: usize) -> Self {
+        ConflictIndex {
+            exact: HashMap::with_capacity(resources),
+            ..Self::default()
+        }
     }
 
     /// Inserts call `call` (which must be later than every call inserted before) with its
@@ -441,8 +461,11 @@ impl ConflictIndex {
             if len > s.len() || (len == s.len() && !or_equal) {
                 break;
             }
-            if s.is_char_boundary(len) && self.wild.contains_key(&s[..len]) {
-                self.scratch_prefixes.push(s[..len].into());
+            let Some(head) = s.get(..len) else {
+                continue; // not a character boundary: no bucket's prefix
+            };
+            if let Some(&id) = self.bucket_ids.get(head) {
+                self.scratch_prefixes.push(id);
             }
         }
     }
@@ -457,7 +480,7 @@ impl ConflictIndex {
         mode: AccessMode,
         reads: bool,
     ) {
-        if !self.wild.is_empty() {
+        if !self.bucket_ids.is_empty() {
             self.prefixes_of(key, true);
         } else {
             self.scratch_prefixes.clear();
@@ -465,7 +488,8 @@ impl ConflictIndex {
         let state = match self.exact.raw_entry_mut().from_key(key) {
             RawEntryMut::Occupied(o) => o.into_mut(),
             RawEntryMut::Vacant(v) => {
-                let state = initial_state(&self.wild, &self.patterns, &self.scratch_prefixes, key);
+                let state =
+                    initial_state(&self.buckets, &self.patterns, &self.scratch_prefixes, key);
                 if let Some(sorted) = &mut self.exact_sorted {
                     sorted.insert(ExactKey(resource.clone()));
                 }
@@ -492,14 +516,16 @@ impl ConflictIndex {
                 self.scratch_calls = readers;
                 // Reads synced: only wildcard reads newer than the last write can be unordered.
                 let prefixes = std::mem::take(&mut self.scratch_prefixes);
-                for prefix in &prefixes {
-                    let Some(bucket) = self.wild.get(prefix) else {
-                        continue;
-                    };
-                    let from = bucket.reads.partition_point(|e| e.seq < reads_synced);
-                    let newer: Vec<WildEntry> =
-                        bucket.reads.get(from..).unwrap_or_default().to_vec();
-                    for e in newer {
+                for &b in &prefixes {
+                    let reads = self.buckets.get(b as usize).map_or(&[][..], |b| &b.reads);
+                    let (from, to) = (reads.partition_point(|e| e.seq < reads_synced), reads.len());
+                    for i in from..to {
+                        // Entries are `Copy`: read one, then record its edge.
+                        let Some(e) = self.buckets.get(b as usize).and_then(|b| b.reads.get(i))
+                        else {
+                            break;
+                        };
+                        let e = *e;
                         let pattern = self.patterns.get(e.pattern as usize);
                         if pattern.is_none_or(|p| p.matches(key)) {
                             self.edge(e.call, call, resource, EdgeKind::WriteAfterRead);
@@ -584,18 +610,18 @@ impl ConflictIndex {
     /// Step 2's buckets: those whose prefix is a prefix of `prefix` (shorter), then those whose
     /// prefix starts with it (equal or longer), and how many are shorter. The list is the
     /// index's scratch buffer: the caller gives it back.
-    fn overlapping_buckets(&mut self, prefix: &str) -> (Vec<Box<str>>, usize) {
+    fn overlapping_buckets(&mut self, prefix: &str) -> (Vec<u32>, usize) {
         self.prefixes_of(prefix, false);
         let mut buckets = std::mem::take(&mut self.scratch_prefixes);
         let shorter = buckets.len();
-        for (p, _) in self.wild.range::<str, _>((
+        for (p, id) in self.bucket_order.range::<str, _>((
             std::ops::Bound::Included(prefix),
             std::ops::Bound::Unbounded,
         )) {
             if !p.starts_with(prefix) {
                 break;
             }
-            buckets.push(p.clone());
+            buckets.push(*id);
         }
         (buckets, shorter)
     }
@@ -608,26 +634,32 @@ impl ConflictIndex {
         id: u32,
         mode: AccessMode,
         reads: bool,
-        buckets: &[Box<str>],
+        buckets: &[u32],
     ) {
         let after_write = if reads {
             EdgeKind::ReadAfterWrite
         } else {
             EdgeKind::WriteAfterWrite
         };
-        for b in buckets {
-            let Some(bucket) = self.wild.get(b) else {
-                continue;
-            };
-            let mut candidates: Vec<(WildEntry, EdgeKind)> =
-                bucket.writes.iter().map(|e| (*e, after_write)).collect();
-            if mode == AccessMode::Write {
-                candidates.extend(bucket.reads.iter().map(|e| (*e, EdgeKind::WriteAfterRead)));
-            }
-            for (e, kind) in candidates {
-                if e.call != call && self.overlaps(id, e.pattern) {
-                    let label = self.label(resource, e.pattern);
-                    self.edge(e.call, call, &label, kind);
+        for &b in buckets {
+            // The writes, then (for a write) the reads; entries are `Copy`, read one at a time
+            // so that recording an edge may borrow the index.
+            for (of_reads, kind) in [(false, after_write), (true, EdgeKind::WriteAfterRead)] {
+                if of_reads && mode == AccessMode::Read {
+                    break;
+                }
+                for i in 0.. {
+                    let entry = self.buckets.get(b as usize).and_then(|b| match of_reads {
+                        false => b.writes.get(i),
+                        true => b.reads.get(i),
+                    });
+                    let Some(&e) = entry else {
+                        break;
+                    };
+                    if e.call != call && self.overlaps(id, e.pattern) {
+                        let label = self.label(resource, e.pattern);
+                        self.edge(e.call, call, &label, kind);
+                    }
                 }
             }
         }
@@ -635,20 +667,38 @@ impl ConflictIndex {
 
     /// Step 3: a write removes the earlier entries it contains (a later access that overlaps
     /// one of them overlaps the write too, and is ordered after it).
-    fn prune_contained(&mut self, id: u32, buckets: &[Box<str>]) {
-        for b in buckets {
-            let Some(mut bucket) = self.wild.remove(b) else {
+    fn prune_contained(&mut self, id: u32, buckets: &[u32]) {
+        for &b in buckets {
+            let Some(bucket) = self.buckets.get_mut(b as usize) else {
                 continue;
             };
+            let (mut reads, mut writes) = (
+                std::mem::take(&mut bucket.reads),
+                std::mem::take(&mut bucket.writes),
+            );
             let mut keep = |e: &WildEntry| !self.contains(id, e.pattern);
-            bucket.reads.retain(&mut keep);
-            bucket.writes.retain(&mut keep);
-            if bucket.reads.is_empty() && bucket.writes.is_empty() {
-                self.drop_prefix_len(b.len());
-            } else {
-                self.wild.insert(b.clone(), bucket);
+            reads.retain(&mut keep);
+            writes.retain(&mut keep);
+            let emptied = reads.is_empty() && writes.is_empty();
+            if let Some(bucket) = self.buckets.get_mut(b as usize) {
+                (bucket.reads, bucket.writes) = (reads, writes);
+            }
+            if emptied {
+                self.free_bucket(b);
             }
         }
+    }
+
+    /// Frees an emptied bucket's slot and forgets its prefix.
+    fn free_bucket(&mut self, b: u32) {
+        let Some(bucket) = self.buckets.get_mut(b as usize) else {
+            return;
+        };
+        let prefix = std::mem::take(&mut bucket.prefix);
+        self.bucket_ids.remove(&prefix);
+        self.bucket_order.remove(&prefix);
+        self.drop_prefix_len(prefix.len());
+        self.free.push(b);
     }
 
     /// Step 4: the access's own entry, in its prefix's bucket.
@@ -659,16 +709,30 @@ impl ConflictIndex {
             pattern: id,
         };
         self.seq += 1;
-        let bucket = match self.wild.get_mut(prefix) {
-            Some(b) => b,
+        let b = match self.bucket_ids.get(prefix) {
+            Some(&b) => b,
             None => {
                 *self.prefix_lens.entry(prefix.len()).or_insert(0) += 1;
-                self.wild.entry(prefix.into()).or_default()
+                let b = match self.free.pop() {
+                    Some(b) => b,
+                    None => {
+                        self.buckets.push(Bucket::default());
+                        (self.buckets.len() - 1) as u32
+                    }
+                };
+                if let Some(bucket) = self.buckets.get_mut(b as usize) {
+                    bucket.prefix = prefix.into();
+                }
+                self.bucket_ids.insert(prefix.into(), b);
+                self.bucket_order.insert(prefix.into(), b);
+                b
             }
         };
-        match mode {
-            AccessMode::Read => bucket.reads.push(entry),
-            AccessMode::Write => bucket.writes.push(entry),
+        if let Some(bucket) = self.buckets.get_mut(b as usize) {
+            match mode {
+                AccessMode::Read => bucket.reads.push(entry),
+                AccessMode::Write => bucket.writes.push(entry),
+            }
         }
     }
 
@@ -708,21 +772,23 @@ impl ConflictIndex {
             sorted.retain(|k| exact.contains_key(k));
         }
         let mut emptied = Vec::new();
-        for (p, b) in self.wild.iter_mut() {
+        for &id in self.bucket_ids.values() {
+            let Some(b) = self.buckets.get_mut(id as usize) else {
+                continue;
+            };
             b.reads.retain(|e| !finished(e.call));
             b.writes.retain(|e| !finished(e.call));
             if b.reads.is_empty() && b.writes.is_empty() {
-                emptied.push(p.clone());
+                emptied.push(id);
             }
         }
-        for p in emptied {
-            self.wild.remove(&p);
-            self.drop_prefix_len(p.len());
+        for id in emptied {
+            self.free_bucket(id);
         }
     }
 
     /// Whether the index holds no state at all.
     pub fn is_empty(&self) -> bool {
-        self.exact.is_empty() && self.wild.is_empty()
+        self.exact.is_empty() && self.bucket_ids.is_empty()
     }
 }

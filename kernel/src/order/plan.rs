@@ -213,7 +213,7 @@ impl Plan {
     /// assert_eq!(plan.graph.predecessors(1), vec![0]);
     /// ```
     pub fn new(registry: &ToolRegistry, normalizers: &Normalizers, batch: Batch) -> Self {
-        let mut graph = ConflictGraph::new();
+        let mut graph = ConflictGraph::with_capacity(batch.calls.len());
         let calls: Vec<PreparedCall> = batch
             .calls
             .into_iter()

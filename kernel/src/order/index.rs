@@ -48,7 +48,7 @@
 //! The tests hold this builder to [`super::naive_edges`], the all-pairs reference, on random batches:
 //! every conflicting pair is joined by a path, and every edge joins a conflicting pair.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
 
 use hashbrown::hash_map::RawEntryMut;
@@ -252,11 +252,15 @@ struct Bucket {
 /// ```
 #[derive(Default)]
 pub struct ConflictIndex {
-    exact: HashMap<ExactKey, KeyState>,
-    /// The keys of `exact`, sorted, for prefix range scans by wildcard accesses. Built the first
-    /// time a wildcard access arrives and kept from then on, so that batches of exact resources
-    /// never pay for it.
-    exact_sorted: Option<BTreeSet<ExactKey>>,
+    /// Exact resource -> its state's slot in `states`.
+    exact: HashMap<ExactKey, u32>,
+    /// The states of exact resources, in a slab; `free_states` holds the emptied slots.
+    states: Vec<KeyState>,
+    free_states: Vec<u32>,
+    /// The keys of `exact` with their slots, sorted, for prefix range scans by wildcard
+    /// accesses (which reach each state without a hash probe). Built the first time a wildcard
+    /// access arrives and kept from then on, so that batches of exact resources never pay for it.
+    exact_sorted: Option<BTreeMap<ExactKey, u32>>,
     /// The buckets of wildcard entries, by id; `free` holds the ids of emptied slots.
     buckets: Vec<Bucket>,
     free: Vec<u32>,
@@ -275,7 +279,7 @@ pub struct ConflictIndex {
     pending: Vec<Edge>,
     /// The sources in `pending`, kept once `pending` grows past a handful.
     pending_from: std::collections::HashSet<usize>,
-    scratch_keys: Vec<ExactKey>,
+    scratch_keys: Vec<(u32, ExactKey)>,
     /// Scratch: bucket ids.
     scratch_prefixes: Vec<u32>,
     scratch_calls: Vec<usize>,
@@ -301,6 +305,7 @@ impl ConflictIndex {
     pub fn with_capacity(resources: usize) -> Self {
         ConflictIndex {
             exact: HashMap::with_capacity(resources),
+            states: Vec::with_capacity(resources),
             ..Self::default()
         }
     }
@@ -485,16 +490,30 @@ impl ConflictIndex {
         } else {
             self.scratch_prefixes.clear();
         }
-        let state = match self.exact.raw_entry_mut().from_key(key) {
-            RawEntryMut::Occupied(o) => o.into_mut(),
+        let slot = match self.exact.raw_entry_mut().from_key(key) {
+            RawEntryMut::Occupied(o) => *o.get(),
             RawEntryMut::Vacant(v) => {
                 let state =
                     initial_state(&self.buckets, &self.patterns, &self.scratch_prefixes, key);
-                if let Some(sorted) = &mut self.exact_sorted {
-                    sorted.insert(ExactKey(resource.clone()));
+                let slot = match self.free_states.pop() {
+                    Some(slot) => slot,
+                    None => {
+                        self.states.push(KeyState::default());
+                        (self.states.len() - 1) as u32
+                    }
+                };
+                if let Some(s) = self.states.get_mut(slot as usize) {
+                    *s = state;
                 }
-                v.insert(ExactKey(resource.clone()), state).1
+                if let Some(sorted) = &mut self.exact_sorted {
+                    sorted.insert(ExactKey(resource.clone()), slot);
+                }
+                v.insert(ExactKey(resource.clone()), slot);
+                slot
             }
+        };
+        let Some(state) = self.states.get_mut(slot as usize) else {
+            return; // a slot the map names always exists
         };
         match mode {
             AccessMode::Read => {
@@ -564,26 +583,28 @@ impl ConflictIndex {
         reads: bool,
     ) {
         let prefix = resource.literal_prefix();
+        // A prefix pattern matches exactly the keys the range scan finds.
+        let every_key = resource.strategy() == crate::access::Strategy::Prefix;
         self.scratch_keys.clear();
         let exact = &self.exact;
         let sorted = self
             .exact_sorted
-            .get_or_insert_with(|| exact.keys().cloned().collect());
-        for k in sorted.range::<str, _>((
+            .get_or_insert_with(|| exact.iter().map(|(k, v)| (k.clone(), *v)).collect());
+        for (k, slot) in sorted.range::<str, _>((
             std::ops::Bound::Included(prefix),
             std::ops::Bound::Unbounded,
         )) {
             if !k.as_str().starts_with(prefix) {
                 break;
             }
-            if resource.matches(k.as_str()) {
-                self.scratch_keys.push(k.clone());
+            if every_key || resource.matches(k.as_str()) {
+                self.scratch_keys.push((*slot, k.clone()));
             }
         }
         let keys = std::mem::take(&mut self.scratch_keys);
         let seq = self.seq;
-        for k in &keys {
-            let Some(state) = self.exact.get_mut(k.as_str()) else {
+        for (slot, k) in &keys {
+            let Some(state) = self.states.get_mut(*slot as usize) else {
                 continue;
             };
             let (last_writer, label) = (state.last_writer, k.0.clone());
@@ -657,7 +678,7 @@ impl ConflictIndex {
                         break;
                     };
                     if e.call != call && self.overlaps(id, e.pattern) {
-                        let label = self.label(resource, e.pattern);
+                        let label = self.label(resource, id, e.pattern);
                         self.edge(e.call, call, &label, kind);
                     }
                 }
@@ -738,8 +759,7 @@ impl ConflictIndex {
 
     /// The label of an edge between a new wildcard access and an earlier one: the narrower
     /// pattern when one contains the other, else the new one.
-    fn label(&mut self, new: &Pattern, earlier: u32) -> Pattern {
-        let new_id = self.intern(new);
+    fn label(&mut self, new: &Pattern, new_id: u32, earlier: u32) -> Pattern {
         let narrower = match self.contains(new_id, earlier) {
             true => self.patterns.get(earlier as usize),
             false => None,
@@ -760,16 +780,24 @@ impl ConflictIndex {
     /// Later calls get no edges to them, so an embedder that wants every historical edge keeps
     /// the calls until its batch ends. Memory is then bounded by the calls still alive.
     pub fn forget(&mut self, mut finished: impl FnMut(usize) -> bool) {
-        self.exact.retain(|_, s| {
+        let (states, free_states) = (&mut self.states, &mut self.free_states);
+        self.exact.retain(|_, slot| {
+            let Some(s) = states.get_mut(*slot as usize) else {
+                return false;
+            };
             s.readers.retain(|r| !finished(*r));
             if s.last_writer.is_some_and(&mut finished) {
                 s.last_writer = None;
             }
-            s.last_writer.is_some() || !s.readers.is_empty()
+            let live = s.last_writer.is_some() || !s.readers.is_empty();
+            if !live {
+                free_states.push(*slot);
+            }
+            live
         });
         let exact = &self.exact;
         if let Some(sorted) = &mut self.exact_sorted {
-            sorted.retain(|k| exact.contains_key(k));
+            sorted.retain(|k, _| exact.contains_key(k));
         }
         let mut emptied = Vec::new();
         for &id in self.bucket_ids.values() {

@@ -234,6 +234,86 @@ struct Bucket {
     writes: Vec<WildEntry>,
 }
 
+/// The edges of the call being inserted, deduplicated by source. A struct of its own so that
+/// recording an edge borrows only it, while the index's states are walked.
+#[derive(Default)]
+struct Pending {
+    edges: Vec<Edge>,
+    /// The sources in `edges` and their places there, kept once `edges` grows past a handful
+    /// (a wildcard read finds the same writer again and again).
+    from: HashMap<usize, usize>,
+}
+
+impl Pending {
+    /// Records the edge `from -> to` once. A second reason for the same edge replaces the first
+    /// only when it is causal (read-after-write) and the first was not: provenance follows causal
+    /// edges.
+    fn add(&mut self, from: usize, to: usize, resource: &Pattern, kind: EdgeKind) {
+        if from == to {
+            return;
+        }
+        // Few edges per call is the norm: a scan; many (a write after a crowd of readers, a
+        // wildcard read of many resources): a map from source to place.
+        let known = if self.edges.len() < 16 {
+            self.edges.iter().position(|e| e.from == from)
+        } else {
+            self.from.get(&from).copied()
+        };
+        if let Some(at) = known {
+            if kind.is_causal() {
+                if let Some(e) = self.edges.get_mut(at) {
+                    if !e.kind.is_causal() {
+                        e.kind = kind;
+                        e.resource = resource.clone();
+                    }
+                }
+            }
+            return;
+        }
+        if self.edges.len() == 15 {
+            self.from.clear();
+            self.from
+                .extend(self.edges.iter().enumerate().map(|(i, e)| (e.from, i)));
+        }
+        if self.edges.len() >= 15 {
+            self.from.insert(from, self.edges.len());
+        }
+        self.edges.push(Edge {
+            from,
+            to,
+            resource: resource.clone(),
+            kind,
+        });
+    }
+
+    /// The edges of a write that takes a resource over: from the readers since the last writer
+    /// (write-after-read), and from the last writer itself when there were no readers
+    /// (write-after-write) or when this call also reads the resource (read-after-write: it sees
+    /// the last writer's value, so the causal edge is kept even when the readers imply the order).
+    /// The readers are drained; the call's own read is not a reader to wait for.
+    fn write(
+        &mut self,
+        call: usize,
+        resource: &Pattern,
+        last_writer: Option<usize>,
+        readers: &mut smallvec::SmallVec<[usize; 4]>,
+        reads: bool,
+    ) {
+        let others = readers.iter().any(|r| *r != call);
+        if let Some(w) = last_writer.filter(|_| reads || !others) {
+            let kind = if reads {
+                EdgeKind::ReadAfterWrite
+            } else {
+                EdgeKind::WriteAfterWrite
+            };
+            self.add(w, call, resource, kind);
+        }
+        for r in readers.drain(..) {
+            self.add(r, call, resource, EdgeKind::WriteAfterRead);
+        }
+    }
+}
+
 /// The incremental conflict index: insert calls in submission order, get each one's edges.
 ///
 /// ```
@@ -275,14 +355,10 @@ pub struct ConflictIndex {
     overlap_memo: HashMap<(u32, u32), bool>,
     contains_memo: HashMap<(u32, u32), bool>,
     seq: u64,
-    /// Scratch: the edges of the call being inserted, deduplicated by `from`.
-    pending: Vec<Edge>,
-    /// The sources in `pending`, kept once `pending` grows past a handful.
-    pending_from: std::collections::HashSet<usize>,
-    scratch_keys: Vec<(u32, ExactKey)>,
+    /// Scratch: the edges of the call being inserted.
+    pending: Pending,
     /// Scratch: bucket ids.
     scratch_prefixes: Vec<u32>,
-    scratch_calls: Vec<usize>,
 }
 
 impl fmt::Debug for ConflictIndex {
@@ -314,14 +390,14 @@ impl ConflictIndex {
     /// accesses, appending its edges from earlier calls to `out` — at most one edge per earlier
     /// call, with the resource and kind of the first conflict found.
     pub fn insert(&mut self, call: usize, accesses: &[Access], out: &mut Vec<Edge>) {
-        self.pending.clear();
+        self.pending.edges.clear();
         if let [a] = accesses {
             let reads = a.mode() == AccessMode::Read;
             match a.resource.as_exact() {
                 Some(key) => self.insert_exact(call, key, &a.resource, a.mode(), reads),
                 None => self.insert_wild(call, &a.resource, a.mode(), reads),
             }
-            out.append(&mut self.pending);
+            out.append(&mut self.pending.edges);
             return;
         }
         // One entry per pattern, in the strictest mode of its accesses; entries that read go
@@ -354,72 +430,11 @@ impl ConflictIndex {
                 None => self.insert_wild(call, &a.resource, mode, reads),
             }
         }
-        out.append(&mut self.pending);
+        out.append(&mut self.pending.edges);
     }
 
-    /// Records the edge `from -> to` once. A second reason for the same edge replaces the first
-    /// only when it is causal (read-after-write) and the first was not: provenance follows causal
-    /// edges.
     fn edge(&mut self, from: usize, to: usize, resource: &Pattern, kind: EdgeKind) {
-        if from == to {
-            return;
-        }
-        // Few edges per call is the norm: a scan; many (a write after a crowd of readers): a set.
-        let known = if self.pending.len() < 16 {
-            self.pending.iter().any(|e| e.from == from)
-        } else {
-            self.pending_from.contains(&from)
-        };
-        if known {
-            if kind.is_causal() {
-                if let Some(e) = self.pending.iter_mut().find(|e| e.from == from) {
-                    if !e.kind.is_causal() {
-                        e.kind = kind;
-                        e.resource = resource.clone();
-                    }
-                }
-            }
-            return;
-        }
-        if self.pending.len() == 15 {
-            self.pending_from.clear();
-            self.pending_from
-                .extend(self.pending.iter().map(|e| e.from));
-        }
-        if self.pending.len() >= 15 {
-            self.pending_from.insert(from);
-        }
-        self.pending.push(Edge {
-            from,
-            to,
-            resource: resource.clone(),
-            kind,
-        });
-    }
-
-    /// The edges of a write that takes a resource over: from the readers since the last writer
-    /// (write-after-read), and from the last writer itself when there were no readers
-    /// (write-after-write) or when this call also reads the resource (read-after-write: it sees
-    /// the last writer's value, so the causal edge is kept even when the readers imply the order).
-    fn write_edges(
-        &mut self,
-        call: usize,
-        resource: &Pattern,
-        last_writer: Option<usize>,
-        readers: &mut Vec<usize>,
-        reads: bool,
-    ) {
-        if let Some(w) = last_writer.filter(|_| reads || readers.is_empty()) {
-            let kind = if reads {
-                EdgeKind::ReadAfterWrite
-            } else {
-                EdgeKind::WriteAfterWrite
-            };
-            self.edge(w, call, resource, kind);
-        }
-        for r in readers.drain(..) {
-            self.edge(r, call, resource, EdgeKind::WriteAfterRead);
-        }
+        self.pending.add(from, to, resource, kind);
     }
 
     fn intern(&mut self, p: &Pattern) -> u32 {
@@ -528,11 +543,8 @@ impl ConflictIndex {
             AccessMode::Write => {
                 let last_writer = state.last_writer.replace(call);
                 let reads_synced = std::mem::replace(&mut state.reads_synced, self.seq);
-                let mut readers = std::mem::take(&mut self.scratch_calls);
-                readers.clear();
-                readers.extend(state.readers.drain(..).filter(|r| *r != call));
-                self.write_edges(call, resource, last_writer, &mut readers, reads);
-                self.scratch_calls = readers;
+                self.pending
+                    .write(call, resource, last_writer, &mut state.readers, reads);
                 // Reads synced: only wildcard reads newer than the last write can be unordered.
                 let prefixes = std::mem::take(&mut self.scratch_prefixes);
                 for &b in &prefixes {
@@ -585,10 +597,16 @@ impl ConflictIndex {
         let prefix = resource.literal_prefix();
         // A prefix pattern matches exactly the keys the range scan finds.
         let every_key = resource.strategy() == crate::access::Strategy::Prefix;
-        self.scratch_keys.clear();
-        let exact = &self.exact;
-        let sorted = self
-            .exact_sorted
+        // The fields apart: the sorted keys are walked while the states and the edges change.
+        let Self {
+            exact,
+            exact_sorted,
+            states,
+            pending,
+            seq,
+            ..
+        } = self;
+        let sorted = exact_sorted
             .get_or_insert_with(|| exact.iter().map(|(k, v)| (k.clone(), *v)).collect());
         for (k, slot) in sorted.range::<str, _>((
             std::ops::Bound::Included(prefix),
@@ -597,35 +615,26 @@ impl ConflictIndex {
             if !k.as_str().starts_with(prefix) {
                 break;
             }
-            if every_key || resource.matches(k.as_str()) {
-                self.scratch_keys.push((*slot, k.clone()));
+            if !every_key && !resource.matches(k.as_str()) {
+                continue;
             }
-        }
-        let keys = std::mem::take(&mut self.scratch_keys);
-        let seq = self.seq;
-        for (slot, k) in &keys {
-            let Some(state) = self.states.get_mut(*slot as usize) else {
+            let Some(state) = states.get_mut(*slot as usize) else {
                 continue;
             };
-            let (last_writer, label) = (state.last_writer, k.0.clone());
+            let label = &k.0;
             match mode {
                 AccessMode::Read => {
-                    if let Some(w) = last_writer {
-                        self.edge(w, call, &label, EdgeKind::ReadAfterWrite);
+                    if let Some(w) = state.last_writer {
+                        pending.add(w, call, label, EdgeKind::ReadAfterWrite);
                     }
                 }
                 AccessMode::Write => {
-                    state.last_writer = Some(call);
-                    state.reads_synced = seq + 1;
-                    let mut readers = std::mem::take(&mut self.scratch_calls);
-                    readers.clear();
-                    readers.extend(state.readers.drain(..).filter(|r| *r != call));
-                    self.write_edges(call, &label, last_writer, &mut readers, reads);
-                    self.scratch_calls = readers;
+                    let last_writer = state.last_writer.replace(call);
+                    state.reads_synced = *seq + 1;
+                    pending.write(call, label, last_writer, &mut state.readers, reads);
                 }
             }
         }
-        self.scratch_keys = keys;
     }
 
     /// Step 2's buckets: those whose prefix is a prefix of `prefix` (shorter), then those whose

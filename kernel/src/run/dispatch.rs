@@ -15,10 +15,10 @@
 //! back up into the batch or the kernel.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures::future::Either;
 use tracing::Instrument;
 
 use super::approval;
@@ -42,12 +42,13 @@ use crate::provenance::EdgeRecord;
 use crate::transport::TenantScope;
 
 /// A call past its synchronous stages.
-pub(crate) struct Dispatched {
+pub(crate) struct Dispatched<F> {
     /// Its position in the tenant's conflict domain, when it entered it: the batch hands the
     /// positions back when it ends, so that the domain may forget them.
     pub(crate) position: Option<usize>,
-    /// The rest of its way, to its result (instrumented with the call's span).
-    pub(crate) rest: Pin<Box<dyn Future<Output = CallResult> + Send>>,
+    /// The rest of its way, to its result (instrumented with the call's span). Not boxed: the
+    /// task spawned for the call holds it, one allocation for both.
+    pub(crate) rest: F,
 }
 
 /// Submits one call: the synchronous stages (resolve, validate, authorize, order) run here, in
@@ -57,7 +58,7 @@ pub(crate) fn submit(
     seq: u64,
     priority: i32,
     prepared: PreparedCall,
-) -> Dispatched {
+) -> Dispatched<impl Future<Output = CallResult> + Send> {
     let mut job = CallJob {
         batch,
         seq,
@@ -89,7 +90,7 @@ pub(crate) fn submit(
         if let (Some(e), Some(p)) = (outcome.error.as_mut(), r.pointer()) {
             e.pointer = Some(p.to_owned());
         }
-        return refuse(job, outcome, &span);
+        return refused(refuse(job, outcome, &span));
     }
     // 2. authorize. The authorizer is the embedder's code: a panic refuses this call alone.
     let auth = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| authorize(&job))) {
@@ -99,7 +100,8 @@ pub(crate) fn submit(
                 "the authorizer panicked, so the call does not run: {}",
                 panic_message(payload.as_ref())
             );
-            return refuse_internal(job, &why, &span);
+            let outcome = internal(&job, &why);
+            return refused(refuse(job, outcome, &span));
         }
     };
     span.record("decision", auth.decision.as_str());
@@ -112,7 +114,7 @@ pub(crate) fn submit(
         );
         job.authorization = Some(auth);
         let outcome = Outcome::fail(Status::Denied, ErrorCode::Denied, message);
-        return refuse(job, outcome, &span);
+        return refused(refuse(job, outcome, &span));
     }
     job.authorization = Some(auth);
     // 3. order.
@@ -142,7 +144,8 @@ pub(crate) fn submit(
         Ok(e) => e,
         Err(why) => {
             drop(domain);
-            return refuse_internal(job, why, &span);
+            let outcome = internal(&job, why);
+            return refused(refuse(job, outcome, &span));
         }
     };
     let position = Some(inserted.position);
@@ -167,26 +170,38 @@ pub(crate) fn submit(
     let rest = run_ordered(Box::new(job), place, ready, edges, admission).instrument(span.clone());
     Dispatched {
         position,
-        rest: Box::pin(rest),
+        rest: Either::Left(rest),
     }
 }
 
 /// Ends a call that never enters the conflict domain (it changes nothing, so nothing waits).
-fn refuse(job: CallJob, outcome: Outcome, span: &tracing::Span) -> Dispatched {
+fn refuse(
+    job: CallJob,
+    outcome: Outcome,
+    span: &tracing::Span,
+) -> Dispatched<impl Future<Output = CallResult> + Send> {
     Dispatched {
         position: None,
-        rest: Box::pin(finish(job, outcome, Vec::new()).instrument(span.clone())),
+        rest: finish(job, outcome, Vec::new()).instrument(span.clone()),
     }
 }
 
-/// Ends a call that could not be judged because something panicked on its way (`internal`).
-fn refuse_internal(job: CallJob, why: &str, span: &tracing::Span) -> Dispatched {
+/// A refused call's way, as the other side of [`submit`]'s result.
+fn refused<L, R>(d: Dispatched<R>) -> Dispatched<Either<L, R>> {
+    Dispatched {
+        position: d.position,
+        rest: Either::Right(d.rest),
+    }
+}
+
+/// The outcome of a call that could not be judged because something panicked on its way
+/// (`internal`).
+fn internal(job: &CallJob, why: &str) -> Outcome {
     let message = format!(
         "call `{}` ({}): {why}",
         job.prepared.call.id, job.prepared.call.tool
     );
-    let outcome = Outcome::fail(Status::Error, ErrorCode::Internal, message);
-    refuse(job, outcome, span)
+    Outcome::fail(Status::Error, ErrorCode::Internal, message)
 }
 
 fn accesses_text(p: &PreparedCall) -> String {

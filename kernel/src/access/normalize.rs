@@ -189,5 +189,27 @@ mod tests {
         assert_eq!(norm("fs:/a/\\*/../b"), "fs:/a/b");
         assert_eq!(norm("kv:/a/../b"), "kv:/a/../b");
         assert_eq!(norm("fs:/r/b.txt"), "fs:/r/b.txt");
+        // Paths of dots alone: the string fast path must not take them for normal.
+        assert_eq!(norm("fs:./."), "fs:.");
+        assert_eq!(norm("fs:./.."), "fs:..");
+        assert_eq!(norm("fs:/./"), "fs:/");
+    }
+
+    /// A normalizer applies to the patterns whose scheme (the literal text before the first `:`)
+    /// is its own, and to no other: the reference is the text split at its first colon.
+    #[test]
+    fn a_normalizer_applies_to_its_scheme_alone() {
+        let mut n = Normalizers::empty();
+        let marked = |_p: Pattern| Pattern::literal("normalized");
+        n.register("ab", marked).register("x:y", marked);
+        for text in [
+            "ab:1", "ab:*", "abc:1", "cd:1", "ab", "a:1", "x:y:z", "x:1", "a*:1", "ab\\:1", "",
+        ] {
+            let p = Pattern::parse(text).unwrap();
+            let scheme = p.literal_prefix().split_once(':').map(|(s, _)| s);
+            let want = matches!(scheme, Some("ab"));
+            let got = n.apply(p.clone()).as_exact() == Some("normalized");
+            assert_eq!(got, want, "{text}");
+        }
     }
 }

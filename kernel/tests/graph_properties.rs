@@ -292,6 +292,88 @@ fn a_wildcard_write_prunes_the_entries_it_contains() {
     assert_eq!(got, vec![(1, EdgeKind::ReadAfterWrite)]);
 }
 
+/// A write after readers waits for the readers, not past them to the writer before them (that
+/// order goes through the readers): each edge is a provenance record, so an implied one is noise.
+/// The same for a wildcard write taking an exact resource over.
+#[test]
+fn a_write_after_readers_waits_for_the_readers_alone() {
+    for write in ["kv:a", "kv:*"] {
+        let mut index = ConflictIndex::new();
+        let mut edges = Vec::new();
+        index.insert(0, &[acc(EffectKind::Writes, "kv:a")], &mut edges);
+        index.insert(1, &[acc(EffectKind::Reads, "kv:a")], &mut edges);
+        index.insert(2, &[acc(EffectKind::Reads, "kv:a")], &mut edges);
+        index.insert(3, &[acc(EffectKind::Writes, write)], &mut edges);
+        let got: Vec<(usize, usize, EdgeKind)> =
+            edges.iter().map(|e| (e.from, e.to, e.kind)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, 1, EdgeKind::ReadAfterWrite),
+                (0, 2, EdgeKind::ReadAfterWrite),
+                (1, 3, EdgeKind::WriteAfterRead),
+                (2, 3, EdgeKind::WriteAfterRead),
+            ],
+            "{write}"
+        );
+    }
+}
+
+/// A write prunes the entries it contains and keeps the others of the same bucket: a read
+/// entry it does not contain still makes a later write of what that read covers wait.
+#[test]
+fn pruning_keeps_the_entries_a_write_does_not_contain() {
+    let mut index = ConflictIndex::new();
+    let mut edges = Vec::new();
+    // One bucket, `kv:a`: a read of `kv:a?`, a write of `kv:a*b`.
+    index.insert(0, &[acc(EffectKind::Reads, "kv:a?")], &mut edges);
+    index.insert(1, &[acc(EffectKind::Writes, "kv:a*b")], &mut edges);
+    // Contains the write entry, not the read one.
+    index.insert(2, &[acc(EffectKind::Writes, "kv:a*b")], &mut edges);
+    edges.clear();
+    // Covered by the read (`kv:a?`), by neither write.
+    index.insert(3, &[acc(EffectKind::Writes, "kv:ax")], &mut edges);
+    let got: Vec<(usize, EdgeKind)> = edges.iter().map(|e| (e.from, e.kind)).collect();
+    assert_eq!(got, vec![(0, EdgeKind::WriteAfterRead)]);
+}
+
+/// Forgetting frees the state of a forgotten resource for reuse, never a live one: a resource
+/// first seen after the forgetting does not take over a live resource's state.
+#[test]
+fn forgetting_frees_only_the_forgotten_states() {
+    let mut index = ConflictIndex::new();
+    let mut edges = Vec::new();
+    index.insert(0, &[acc(EffectKind::Writes, "kv:a")], &mut edges);
+    index.insert(1, &[acc(EffectKind::Writes, "kv:b")], &mut edges);
+    index.forget(|c| c == 0);
+    index.insert(2, &[acc(EffectKind::Writes, "kv:c")], &mut edges);
+    edges.clear();
+    index.insert(3, &[acc(EffectKind::Reads, "kv:b")], &mut edges);
+    let got: Vec<(usize, EdgeKind)> = edges.iter().map(|e| (e.from, e.kind)).collect();
+    assert_eq!(got, vec![(1, EdgeKind::ReadAfterWrite)]);
+}
+
+/// Wildcard buckets emptied (by a containing write, or by forgetting) are reused for other
+/// prefixes; a reused bucket holds its new prefix's entries alone.
+#[test]
+fn emptied_wildcard_buckets_are_reused_cleanly() {
+    let mut index = ConflictIndex::new();
+    let mut edges = Vec::new();
+    index.insert(0, &[acc(EffectKind::Reads, "kv:a/*")], &mut edges);
+    index.insert(1, &[acc(EffectKind::Reads, "kv:b/*")], &mut edges);
+    // Contains both: both buckets are emptied.
+    index.insert(2, &[acc(EffectKind::Writes, "kv:*")], &mut edges);
+    index.forget(|c| c == 2);
+    assert!(index.is_empty());
+    edges.clear();
+    index.insert(3, &[acc(EffectKind::Writes, "x:1/*")], &mut edges);
+    index.insert(4, &[acc(EffectKind::Writes, "y:2/*")], &mut edges);
+    index.insert(5, &[acc(EffectKind::Reads, "x:1/z")], &mut edges);
+    index.insert(6, &[acc(EffectKind::Reads, "y:2/z")], &mut edges);
+    let got: Vec<(usize, usize)> = edges.iter().map(|e| (e.from, e.to)).collect();
+    assert_eq!(got, vec![(3, 5), (4, 6)]);
+}
+
 /// Forgetting finished calls keeps what the live ones impose: a live reader of a resource nobody
 /// wrote still makes a later write wait, and so does a live wildcard reader.
 #[test]

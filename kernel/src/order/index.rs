@@ -720,10 +720,15 @@ impl ConflictIndex {
     }
 
     /// Frees an emptied bucket's slot and forgets its prefix.
+    /// Freeing a slot twice does nothing: a slot handed out twice would put two prefixes' entries
+    /// in one bucket.
     fn free_bucket(&mut self, b: u32) {
         let Some(bucket) = self.buckets.get_mut(b as usize) else {
             return;
         };
+        if self.bucket_ids.get(&*bucket.prefix) != Some(&b) {
+            return; // free already (a live bucket is the one its prefix names)
+        }
         let prefix = std::mem::take(&mut bucket.prefix);
         self.bucket_ids.remove(&prefix);
         self.bucket_order.remove(&prefix);
@@ -751,6 +756,9 @@ impl ConflictIndex {
                     }
                 };
                 if let Some(bucket) = self.buckets.get_mut(b as usize) {
+                    // A freed slot is empty; start it so all the same.
+                    bucket.reads.clear();
+                    bucket.writes.clear();
                     bucket.prefix = prefix.into();
                 }
                 self.bucket_ids.insert(prefix.into(), b);

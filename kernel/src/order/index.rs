@@ -213,6 +213,24 @@ fn initial_state(
     }
 }
 
+/// A slot for `value` in a slab: a freed one (overwritten) when there is one, else a new one at
+/// the end.
+fn occupy<T>(slab: &mut Vec<T>, free: &mut Vec<u32>, value: T) -> u32 {
+    match free.pop() {
+        Some(slot) => {
+            // A freed slot is in the slab: slabs never shrink.
+            if let Some(s) = slab.get_mut(slot as usize) {
+                *s = value;
+            }
+            slot
+        }
+        None => {
+            slab.push(value);
+            (slab.len() - 1) as u32
+        }
+    }
+}
+
 /// A wildcard access in a bucket.
 #[derive(Debug, Clone, Copy)]
 struct WildEntry {
@@ -510,16 +528,7 @@ impl ConflictIndex {
             RawEntryMut::Vacant(v) => {
                 let state =
                     initial_state(&self.buckets, &self.patterns, &self.scratch_prefixes, key);
-                let slot = match self.free_states.pop() {
-                    Some(slot) => slot,
-                    None => {
-                        self.states.push(KeyState::default());
-                        (self.states.len() - 1) as u32
-                    }
-                };
-                if let Some(s) = self.states.get_mut(slot as usize) {
-                    *s = state;
-                }
+                let slot = occupy(&mut self.states, &mut self.free_states, state);
                 if let Some(sorted) = &mut self.exact_sorted {
                     sorted.insert(ExactKey(resource.clone()), slot);
                 }
@@ -748,19 +757,12 @@ impl ConflictIndex {
             Some(&b) => b,
             None => {
                 *self.prefix_lens.entry(prefix.len()).or_insert(0) += 1;
-                let b = match self.free.pop() {
-                    Some(b) => b,
-                    None => {
-                        self.buckets.push(Bucket::default());
-                        (self.buckets.len() - 1) as u32
-                    }
+                // A new bucket, whatever the slot held before.
+                let bucket = Bucket {
+                    prefix: prefix.into(),
+                    ..Bucket::default()
                 };
-                if let Some(bucket) = self.buckets.get_mut(b as usize) {
-                    // A freed slot is empty; start it so all the same.
-                    bucket.reads.clear();
-                    bucket.writes.clear();
-                    bucket.prefix = prefix.into();
-                }
+                let b = occupy(&mut self.buckets, &mut self.free, bucket);
                 self.bucket_ids.insert(prefix.into(), b);
                 self.bucket_order.insert(prefix.into(), b);
                 b

@@ -451,10 +451,6 @@ impl ConflictIndex {
         out.append(&mut self.pending.edges);
     }
 
-    fn edge(&mut self, from: usize, to: usize, resource: &Pattern, kind: EdgeKind) {
-        self.pending.add(from, to, resource, kind);
-    }
-
     fn intern(&mut self, p: &Pattern) -> u32 {
         if let Some(id) = self.interned.get(p) {
             return *id;
@@ -546,7 +542,8 @@ impl ConflictIndex {
                 }
                 // No newer wildcard writer: the last writer is the only write to wait for.
                 if let Some(w) = state.last_writer {
-                    self.edge(w, call, resource, EdgeKind::ReadAfterWrite);
+                    self.pending
+                        .add(w, call, resource, EdgeKind::ReadAfterWrite);
                 }
             }
             AccessMode::Write => {
@@ -555,24 +552,18 @@ impl ConflictIndex {
                 self.pending
                     .write(call, resource, last_writer, &mut state.readers, reads);
                 // Reads synced: only wildcard reads newer than the last write can be unordered.
-                let prefixes = std::mem::take(&mut self.scratch_prefixes);
-                for &b in &prefixes {
+                // The buckets are read while only the pending edges change.
+                for &b in &self.scratch_prefixes {
                     let reads = self.buckets.get(b as usize).map_or(&[][..], |b| &b.reads);
-                    let (from, to) = (reads.partition_point(|e| e.seq < reads_synced), reads.len());
-                    for i in from..to {
-                        // Entries are `Copy`: read one, then record its edge.
-                        let Some(e) = self.buckets.get(b as usize).and_then(|b| b.reads.get(i))
-                        else {
-                            break;
-                        };
-                        let e = *e;
+                    let from = reads.partition_point(|e| e.seq < reads_synced);
+                    for e in reads.get(from..).unwrap_or_default() {
                         let pattern = self.patterns.get(e.pattern as usize);
                         if pattern.is_none_or(|p| p.matches(key)) {
-                            self.edge(e.call, call, resource, EdgeKind::WriteAfterRead);
+                            self.pending
+                                .add(e.call, call, resource, EdgeKind::WriteAfterRead);
                         }
                     }
                 }
-                self.scratch_prefixes = prefixes;
             }
         }
     }
@@ -697,7 +688,7 @@ impl ConflictIndex {
                     };
                     if e.call != call && self.overlaps(id, e.pattern) {
                         let label = self.label(resource, id, e.pattern);
-                        self.edge(e.call, call, &label, kind);
+                        self.pending.add(e.call, call, &label, kind);
                     }
                 }
             }

@@ -176,6 +176,64 @@ proptest! {
     }
 
     #[test]
+    fn forgetting_calls_as_they_finish_keeps_every_live_pair_ordered(
+        calls in batch(), finishing in prop::collection::vec(any::<u64>(), 24)
+    ) {
+        // The domain's use: calls are inserted while earlier ones finish, in any order their
+        // edges allow, and each finished call is forgotten. Every conflicting pair whose earlier
+        // call was still live when the later one arrived must be ordered, and every edge must
+        // join a conflicting pair of live calls.
+        let mut index = ConflictIndex::new();
+        let mut edges: Vec<Edge> = Vec::new();
+        let mut finished = vec![false; calls.len()];
+        let mut live_at_insert = vec![vec![false; calls.len()]; calls.len()];
+        for (i, c) in calls.iter().enumerate() {
+            for j in 0..i {
+                live_at_insert[i][j] = !finished[j];
+            }
+            let before = edges.len();
+            index.insert(i, c, &mut edges);
+            for e in &edges[before..] {
+                prop_assert!(!finished[e.from], "edge {} -> {} from a forgotten call", e.from, e.to);
+            }
+            // Finish, in ascending order, each chosen call whose predecessors have finished.
+            let bits = finishing[i % finishing.len()];
+            let mut any = false;
+            for c in 0..=i {
+                let ready = !finished[c]
+                    && edges.iter().filter(|e| e.to == c).all(|e| finished[e.from]);
+                if ready && bits & (1 << (c % 64)) != 0 {
+                    finished[c] = true;
+                    any = true;
+                }
+            }
+            if any {
+                index.forget(|c| finished.get(c).copied().unwrap_or(false));
+            }
+        }
+        let reach = support::reachability(calls.len(), edges.iter().map(|e| (e.from, e.to)));
+        for e in &edges {
+            let justified = calls[e.from].iter().any(|a| {
+                calls[e.to].iter().any(|b| {
+                    EdgeKind::between(a.mode(), b.mode()) == Some(e.kind)
+                        && a.resource.overlaps(&b.resource)
+                        && e.resource.overlaps(&a.resource)
+                        && e.resource.overlaps(&b.resource)
+                })
+            });
+            prop_assert!(justified, "edge {} -> {} ({} {}) is a false wait", e.from, e.to, e.kind, e.resource);
+        }
+        for e in naive_edges(&calls) {
+            if live_at_insert[e.to][e.from] {
+                prop_assert!(
+                    reach[e.from][e.to],
+                    "conflicting pair {} -> {} of live calls is not ordered", e.from, e.to
+                );
+            }
+        }
+    }
+
+    #[test]
     fn input_values_never_widen_an_access(key in "[a-z*?\\\\{}/.]{0,8}") {
         let m = Manifest::from_value(json!({
             "id": "t.put", "description": "d", "version": "1.0.0",
@@ -396,4 +454,71 @@ fn forgetting_keeps_the_live_readers_of_an_unwritten_resource() {
     index.insert(5, &[acc(EffectKind::Writes, "kv:cc")], &mut edges);
     let got: Vec<(usize, usize)> = edges.iter().map(|e| (e.from, e.to)).collect();
     assert_eq!(got, vec![(0, 4), (2, 5)]);
+}
+
+/// A read of a whole prefix waits for each distinct last writer under it once, labelled with a
+/// resource that writer wrote, and not for writers a later write has replaced.
+#[test]
+fn a_read_of_a_whole_prefix_waits_for_the_current_writers_under_it() {
+    let mut index = ConflictIndex::new();
+    let mut edges = Vec::new();
+    index.insert(0, &[acc(EffectKind::Reads, "kv:a/*")], &mut edges);
+    index.insert(
+        1,
+        &[
+            acc(EffectKind::Writes, "kv:a/1"),
+            acc(EffectKind::Writes, "kv:a/2"),
+        ],
+        &mut edges,
+    );
+    index.insert(2, &[acc(EffectKind::Writes, "kv:a/3")], &mut edges);
+    index.insert(3, &[acc(EffectKind::Writes, "kv:a/3")], &mut edges);
+    index.insert(4, &[acc(EffectKind::Writes, "kv:b/1")], &mut edges);
+    edges.clear();
+    index.insert(5, &[acc(EffectKind::Reads, "kv:a/*")], &mut edges);
+    let mut got: Vec<(usize, EdgeKind, String)> = edges
+        .iter()
+        .map(|e| (e.from, e.kind, e.resource.to_string()))
+        .collect();
+    got.sort_by_key(|g| g.0);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!((got[0].0, got[0].1), (1, EdgeKind::ReadAfterWrite));
+    assert!(["kv:a/1", "kv:a/2"].contains(&got[0].2.as_str()), "{got:?}");
+    assert_eq!(got[1], (3, EdgeKind::ReadAfterWrite, "kv:a/3".to_string()));
+    // A write of the whole prefix takes every resource over: the next read waits for it alone.
+    index.insert(6, &[acc(EffectKind::Writes, "kv:a/*")], &mut edges);
+    edges.clear();
+    index.insert(7, &[acc(EffectKind::Reads, "kv:a/*")], &mut edges);
+    let got: Vec<(usize, usize)> = edges.iter().map(|e| (e.from, e.to)).collect();
+    assert_eq!(got, vec![(6, 7)]);
+}
+
+/// A writer that the forgetting of a later writer leaves behind is no resource's writer: a read
+/// of the prefix does not wait for it, even once the forgotten resource's state is reused by a
+/// resource that call did write (through a wildcard, elsewhere).
+#[test]
+fn forgetting_leaves_no_stale_writer_under_a_prefix() {
+    let mut index = ConflictIndex::new();
+    let mut edges = Vec::new();
+    index.insert(0, &[acc(EffectKind::Reads, "kv:a*")], &mut edges);
+    index.insert(
+        1,
+        &[
+            acc(EffectKind::Writes, "kv:a1"),
+            acc(EffectKind::Writes, "kv:b*"),
+        ],
+        &mut edges,
+    );
+    index.insert(2, &[acc(EffectKind::Writes, "kv:a1")], &mut edges);
+    // Forgetting call 2 alone frees `kv:a1`'s state: its last writer is gone.
+    index.forget(|c| c == 2);
+    // `kv:b1` is new and starts from call 1's wildcard write, in the freed slot.
+    index.insert(3, &[acc(EffectKind::Reads, "kv:b1")], &mut edges);
+    edges.clear();
+    index.insert(4, &[acc(EffectKind::Reads, "kv:a*")], &mut edges);
+    let got: Vec<(usize, String)> = edges
+        .iter()
+        .map(|e| (e.from, e.resource.to_string()))
+        .collect();
+    assert_eq!(got, Vec::<(usize, String)>::new());
 }

@@ -45,6 +45,14 @@
 //!   later access that overlaps the removed pattern overlaps `p` too, and `p` is ordered after the
 //!   removed entry, so the path goes through `p`.
 //!
+//! A read of a whole prefix (`kv:bucket7/*`, or `*`) whose bucket is open does not visit every
+//! exact resource under the prefix: the bucket keeps the calls that wrote those resources
+//! exactly (invariant **writers cover**), and the read waits for the ones still current — the
+//! distinct last writers, however many resources each wrote. A resource last written through a
+//! wildcard needs no such entry, since that write is itself a live entry the read finds among the
+//! wildcard entries. This is the multi-granularity locking idea: the prefix carries a summary of
+//! what lies under it.
+//!
 //! The tests hold this builder to [`super::naive_edges`], the all-pairs reference, on random batches:
 //! every conflicting pair is joined by a path, and every edge joins a conflicting pair.
 
@@ -176,6 +184,41 @@ struct KeyState {
     reads_synced: u64,
 }
 
+/// What the wildcard side keeps per exact resource, beside its state (in a slab of its own, so
+/// that batches of exact resources never pay for it).
+#[derive(Debug)]
+struct KeyMeta {
+    /// The resource: the label of the edges a read of a prefix finds through a bucket's writers.
+    /// Set whenever the resource's slot is entered among a bucket's writers.
+    key: Option<Pattern>,
+    /// The open buckets whose prefix covers the resource, as of bucket generation `generation`
+    /// (a write looks there; recomputed when buckets have opened or closed since).
+    covering: smallvec::SmallVec<[u32; 2]>,
+    generation: u64,
+}
+
+impl Default for KeyMeta {
+    fn default() -> Self {
+        KeyMeta {
+            key: None,
+            covering: smallvec::SmallVec::new(),
+            generation: STALE,
+        }
+    }
+}
+
+/// The generation of a [`KeyMeta`] whose covering buckets are unknown.
+const STALE: u64 = u64::MAX;
+
+/// The meta of `slot`, grown to it.
+fn meta_of(meta: &mut Vec<KeyMeta>, slot: u32) -> Option<&mut KeyMeta> {
+    let at = slot as usize;
+    if meta.len() <= at {
+        meta.resize_with(at + 1, KeyMeta::default);
+    }
+    meta.get_mut(at)
+}
+
 /// The state of an exact resource at its first access: its last writer is the latest live
 /// wildcard write that matches it (every earlier such write is ordered before that one), and every
 /// wildcard read older than that write is ordered before it too. `prefixes` holds the bucket
@@ -213,6 +256,28 @@ fn initial_state(
     }
 }
 
+/// Appends to `out` the ids of the open buckets whose prefix is a prefix of `s` (or `s` itself
+/// when `or_equal`): one hash probe per prefix length in use.
+fn covering_buckets(
+    prefix_lens: &BTreeMap<usize, usize>,
+    bucket_ids: &HashMap<Box<str>, u32>,
+    s: &str,
+    or_equal: bool,
+    out: &mut impl Extend<u32>,
+) {
+    for &len in prefix_lens.keys() {
+        if len > s.len() || (len == s.len() && !or_equal) {
+            break;
+        }
+        let Some(head) = s.get(..len) else {
+            continue; // not a character boundary: no bucket's prefix
+        };
+        if let Some(&id) = bucket_ids.get(head) {
+            out.extend([id]);
+        }
+    }
+}
+
 /// A slot for `value` in a slab: a freed one (overwritten) when there is one, else a new one at
 /// the end.
 fn occupy<T>(slab: &mut Vec<T>, free: &mut Vec<u32>, value: T) -> u32 {
@@ -239,6 +304,13 @@ struct WildEntry {
     pattern: u32,
 }
 
+/// A call that wrote an exact resource, and the slot of that resource's state.
+#[derive(Debug, Clone, Copy)]
+struct Writer {
+    call: usize,
+    slot: u32,
+}
+
 /// The wildcard entries whose patterns share one literal prefix. Buckets live in a slab and are
 /// named by their index there, so that finding the buckets of a resource is a hash probe per
 /// prefix length and costs no allocation.
@@ -250,6 +322,54 @@ struct Bucket {
     reads: Vec<WildEntry>,
     /// Write entries, in insertion (sequence) order.
     writes: Vec<WildEntry>,
+    /// The summary a read of the whole prefix (`prefix*`) takes instead of visiting every exact
+    /// resource under it. Invariant (**writers cover**): every exact resource under `prefix`
+    /// whose last writer wrote it exactly has that writer here, with its state's slot. An entry
+    /// is *current* while its state's last writer is still its call; stale entries are skipped
+    /// and compacted away. A resource whose last writer wrote it through a wildcard needs no
+    /// entry: that write is a live entry of a bucket the read looks in (or was forgotten), so the
+    /// read finds it among the wildcard entries.
+    writers: Vec<Writer>,
+    /// The length at which `writers` is next compacted (twice its current part, amortized).
+    compact_at: usize,
+}
+
+impl Bucket {
+    /// Records that `call` wrote the exact resource in `slot`, compacting the stale entries away
+    /// when they come to outnumber the current ones.
+    fn wrote(&mut self, call: usize, slot: u32, states: &[KeyState]) {
+        self.writers.push(Writer { call, slot });
+        if self.writers.len() >= self.compact_at {
+            self.compact(states);
+        }
+    }
+
+    /// Drops the stale writers: those no longer their resource's last writer.
+    fn compact(&mut self, states: &[KeyState]) {
+        self.writers.retain(|w| is_current(states, *w));
+        self.compact_at = 2 * self.writers.len() + 16;
+    }
+}
+
+/// Lists `call` as the writer of the resource `key` in `slot`, for a bucket about to open.
+fn enter_writer(
+    writers: &mut Vec<Writer>,
+    meta: &mut Vec<KeyMeta>,
+    call: usize,
+    slot: u32,
+    key: &Pattern,
+) {
+    writers.push(Writer { call, slot });
+    if let Some(m) = meta_of(meta, slot) {
+        m.key = Some(key.clone());
+    }
+}
+
+/// Whether `w` is still the last writer of its resource.
+fn is_current(states: &[KeyState], w: Writer) -> bool {
+    states
+        .get(w.slot as usize)
+        .is_some_and(|s| s.last_writer == Some(w.call))
 }
 
 /// The edges of the call being inserted, deduplicated by source. A struct of its own so that
@@ -355,6 +475,8 @@ pub struct ConflictIndex {
     /// The states of exact resources, in a slab; `free_states` holds the emptied slots.
     states: Vec<KeyState>,
     free_states: Vec<u32>,
+    /// Per state slot, what the wildcard side keeps (grown on first use).
+    meta: Vec<KeyMeta>,
     /// The keys of `exact` with their slots, sorted, for prefix range scans by wildcard
     /// accesses (which reach each state without a hash probe). Built the first time a wildcard
     /// access arrives and kept from then on, so that batches of exact resources never pay for it.
@@ -375,8 +497,13 @@ pub struct ConflictIndex {
     seq: u64,
     /// Scratch: the edges of the call being inserted.
     pending: Pending,
+    /// Bumped whenever a bucket opens or closes: the states' cached covering buckets are current
+    /// while their generation is this one.
+    bucket_generation: u64,
     /// Scratch: bucket ids.
     scratch_prefixes: Vec<u32>,
+    /// Scratch: the writers under a new bucket's prefix, found by the access that opens it.
+    scratch_writers: Vec<Writer>,
 }
 
 impl fmt::Debug for ConflictIndex {
@@ -491,17 +618,13 @@ impl ConflictIndex {
     /// The bucket prefixes that are prefixes of `s` (including `s` itself when `or_equal`).
     fn prefixes_of(&mut self, s: &str, or_equal: bool) {
         self.scratch_prefixes.clear();
-        for &len in self.prefix_lens.keys() {
-            if len > s.len() || (len == s.len() && !or_equal) {
-                break;
-            }
-            let Some(head) = s.get(..len) else {
-                continue; // not a character boundary: no bucket's prefix
-            };
-            if let Some(&id) = self.bucket_ids.get(head) {
-                self.scratch_prefixes.push(id);
-            }
-        }
+        covering_buckets(
+            &self.prefix_lens,
+            &self.bucket_ids,
+            s,
+            or_equal,
+            &mut self.scratch_prefixes,
+        );
     }
 
     /// `reads`: the call also reads this resource (a read and a write of one resource merge into
@@ -514,17 +637,26 @@ impl ConflictIndex {
         mode: AccessMode,
         reads: bool,
     ) {
-        if !self.bucket_ids.is_empty() {
-            self.prefixes_of(key, true);
-        } else {
-            self.scratch_prefixes.clear();
-        }
+        // The covering buckets: found for a new resource, and kept in its state for its writes
+        // (a read of a known resource needs none).
+        self.scratch_prefixes.clear();
         let slot = match self.exact.raw_entry_mut().from_key(key) {
             RawEntryMut::Occupied(o) => *o.get(),
             RawEntryMut::Vacant(v) => {
+                covering_buckets(
+                    &self.prefix_lens,
+                    &self.bucket_ids,
+                    key,
+                    true,
+                    &mut self.scratch_prefixes,
+                );
                 let state =
                     initial_state(&self.buckets, &self.patterns, &self.scratch_prefixes, key);
                 let slot = occupy(&mut self.states, &mut self.free_states, state);
+                // A reused slot's meta is another resource's.
+                if let Some(m) = self.meta.get_mut(slot as usize) {
+                    m.generation = STALE;
+                }
                 if let Some(sorted) = &mut self.exact_sorted {
                     sorted.insert(ExactKey(resource.clone()), slot);
                 }
@@ -547,22 +679,46 @@ impl ConflictIndex {
                 }
             }
             AccessMode::Write => {
+                self.scratch_prefixes.clear();
+                if !self.bucket_ids.is_empty() {
+                    if let Some(m) = meta_of(&mut self.meta, slot) {
+                        if m.generation != self.bucket_generation {
+                            m.covering.clear();
+                            covering_buckets(
+                                &self.prefix_lens,
+                                &self.bucket_ids,
+                                key,
+                                true,
+                                &mut m.covering,
+                            );
+                            m.generation = self.bucket_generation;
+                            // A slot's resource changes only when it is reused, which makes
+                            // its meta stale: the key is set here, once per resource.
+                            m.key = Some(resource.clone());
+                        }
+                        self.scratch_prefixes.extend_from_slice(&m.covering);
+                    }
+                }
                 let last_writer = state.last_writer.replace(call);
                 let reads_synced = std::mem::replace(&mut state.reads_synced, self.seq);
                 self.pending
                     .write(call, resource, last_writer, &mut state.readers, reads);
                 // Reads synced: only wildcard reads newer than the last write can be unordered.
-                // The buckets are read while only the pending edges change.
+                // The buckets are read while only the pending edges change; then each covering
+                // bucket learns its new writer (invariant **writers cover**).
                 for &b in &self.scratch_prefixes {
-                    let reads = self.buckets.get(b as usize).map_or(&[][..], |b| &b.reads);
-                    let from = reads.partition_point(|e| e.seq < reads_synced);
-                    for e in reads.get(from..).unwrap_or_default() {
+                    let Some(bucket) = self.buckets.get_mut(b as usize) else {
+                        continue;
+                    };
+                    let from = bucket.reads.partition_point(|e| e.seq < reads_synced);
+                    for e in bucket.reads.get(from..).unwrap_or_default() {
                         let pattern = self.patterns.get(e.pattern as usize);
                         if pattern.is_none_or(|p| p.matches(key)) {
                             self.pending
                                 .add(e.call, call, resource, EdgeKind::WriteAfterRead);
                         }
                     }
+                    bucket.wrote(call, slot, &self.states);
                 }
             }
         }
@@ -571,28 +727,83 @@ impl ConflictIndex {
     /// A wildcard access, in four steps: against the exact resources it matches, against the
     /// earlier wildcard entries it overlaps, pruning the entries a write contains, and recording
     /// its own entry.
+    ///
+    /// A read of a whole prefix (`prefix*`, or `*`) whose bucket is open takes step 1 from the
+    /// bucket's writers rather than from every resource under the prefix: it waits for the
+    /// distinct last writers, however many resources they wrote.
     fn insert_wild(&mut self, call: usize, resource: &Pattern, mode: AccessMode, reads: bool) {
         let id = self.intern(resource);
         let prefix = resource.literal_prefix();
-        self.wild_against_exact(call, resource, mode, reads);
+        let whole = matches!(
+            resource.strategy(),
+            crate::access::Strategy::Prefix | crate::access::Strategy::Any
+        );
+        let open = self.bucket_ids.get(prefix).copied();
+        match open {
+            Some(b) if whole && mode == AccessMode::Read => self.read_through_writers(call, b),
+            // A bucket opened by this access learns the writers under its prefix from the scan,
+            // unless this access writes all of them (then none wrote exactly).
+            _ => {
+                let collect = open.is_none() && !(whole && mode == AccessMode::Write);
+                self.wild_against_exact(call, resource, mode, reads, collect);
+            }
+        }
         let (buckets, shorter) = self.overlapping_buckets(prefix);
         self.wild_against_wild(call, resource, id, mode, reads, &buckets);
         if mode == AccessMode::Write {
             // The entries a write contains can only sit in buckets whose prefix starts with ours.
-            self.prune_contained(id, buckets.get(shorter..).unwrap_or_default());
+            let longer = buckets.get(shorter..).unwrap_or_default();
+            self.prune_contained(id, prefix, longer);
+            if whole {
+                // Every resource under these prefixes is now written by this call, through a
+                // wildcard: no exact writer is current there.
+                for &b in longer {
+                    if let Some(bucket) = self.buckets.get_mut(b as usize) {
+                        bucket.writers.clear();
+                        bucket.compact_at = 16;
+                    }
+                }
+            }
         }
         self.scratch_prefixes = buckets;
         self.record_wild(call, id, prefix, mode);
     }
 
+    /// Step 1 for a read of bucket `b`'s whole prefix: an edge from each current writer.
+    fn read_through_writers(&mut self, call: usize, b: u32) {
+        let Self {
+            buckets,
+            states,
+            meta,
+            pending,
+            ..
+        } = self;
+        let Some(bucket) = buckets.get(b as usize) else {
+            return;
+        };
+        for w in &bucket.writers {
+            if !is_current(states, *w) {
+                continue;
+            }
+            // A writer's slot has its resource in its meta (set when it was entered).
+            let key = meta.get(w.slot as usize).and_then(|m| m.key.as_ref());
+            if let Some(key) = key {
+                pending.add(w.call, call, key, EdgeKind::ReadAfterWrite);
+            }
+        }
+    }
+
     /// Step 1: the exact resources the pattern matches. A read waits for each one's last writer;
     /// a write takes each one over (invariant **no newer wildcard writer**).
+    /// With `collect`, every resource under the prefix with a last writer is also listed in
+    /// `scratch_writers`, for the bucket this access opens.
     fn wild_against_exact(
         &mut self,
         call: usize,
         resource: &Pattern,
         mode: AccessMode,
         reads: bool,
+        collect: bool,
     ) {
         let prefix = resource.literal_prefix();
         // A prefix pattern matches exactly the keys the range scan finds.
@@ -602,10 +813,13 @@ impl ConflictIndex {
             exact,
             exact_sorted,
             states,
+            meta,
             pending,
             seq,
+            scratch_writers,
             ..
         } = self;
+        scratch_writers.clear();
         let sorted = exact_sorted
             .get_or_insert_with(|| exact.iter().map(|(k, v)| (k.clone(), *v)).collect());
         for (k, slot) in sorted.range::<str, _>((
@@ -615,12 +829,15 @@ impl ConflictIndex {
             if !k.as_str().starts_with(prefix) {
                 break;
             }
-            if !every_key && !resource.matches(k.as_str()) {
-                continue;
-            }
             let Some(state) = states.get_mut(*slot as usize) else {
                 continue;
             };
+            if !every_key && !resource.matches(k.as_str()) {
+                if let Some(w) = state.last_writer.filter(|_| collect) {
+                    enter_writer(scratch_writers, meta, w, *slot, &k.0);
+                }
+                continue;
+            }
             let label = &k.0;
             match mode {
                 AccessMode::Read => {
@@ -633,6 +850,9 @@ impl ConflictIndex {
                     state.reads_synced = *seq + 1;
                     pending.write(call, label, last_writer, &mut state.readers, reads);
                 }
+            }
+            if let Some(w) = state.last_writer.filter(|_| collect) {
+                enter_writer(scratch_writers, meta, w, *slot, &k.0);
             }
         }
     }
@@ -696,8 +916,10 @@ impl ConflictIndex {
     }
 
     /// Step 3: a write removes the earlier entries it contains (a later access that overlaps
-    /// one of them overlaps the write too, and is ordered after it).
-    fn prune_contained(&mut self, id: u32, buckets: &[u32]) {
+    /// one of them overlaps the write too, and is ordered after it). The bucket of the write's
+    /// own `prefix` stays open even when emptied: the write's entry goes there next, and its
+    /// writers still cover the resources the write did not match.
+    fn prune_contained(&mut self, id: u32, prefix: &str, buckets: &[u32]) {
         for &b in buckets {
             let Some(bucket) = self.buckets.get_mut(b as usize) else {
                 continue;
@@ -709,9 +931,10 @@ impl ConflictIndex {
             let mut keep = |e: &WildEntry| !self.contains(id, e.pattern);
             reads.retain(&mut keep);
             writes.retain(&mut keep);
-            let emptied = reads.is_empty() && writes.is_empty();
+            let mut emptied = reads.is_empty() && writes.is_empty();
             if let Some(bucket) = self.buckets.get_mut(b as usize) {
                 (bucket.reads, bucket.writes) = (reads, writes);
+                emptied &= &*bucket.prefix != prefix;
             }
             if emptied {
                 self.free_bucket(b);
@@ -730,6 +953,7 @@ impl ConflictIndex {
             return; // free already (a live bucket is the one its prefix names)
         }
         let prefix = std::mem::take(&mut bucket.prefix);
+        self.bucket_generation += 1;
         self.bucket_ids.remove(&prefix);
         self.bucket_order.remove(&prefix);
         self.drop_prefix_len(prefix.len());
@@ -748,12 +972,16 @@ impl ConflictIndex {
             Some(&b) => b,
             None => {
                 *self.prefix_lens.entry(prefix.len()).or_insert(0) += 1;
-                // A new bucket, whatever the slot held before.
+                // A new bucket, whatever the slot held before, with the writers the scan found.
+                let writers = std::mem::take(&mut self.scratch_writers);
                 let bucket = Bucket {
                     prefix: prefix.into(),
+                    compact_at: 2 * writers.len() + 16,
+                    writers,
                     ..Bucket::default()
                 };
                 let b = occupy(&mut self.buckets, &mut self.free, bucket);
+                self.bucket_generation += 1;
                 self.bucket_ids.insert(prefix.into(), b);
                 self.bucket_order.insert(prefix.into(), b);
                 b
@@ -816,6 +1044,9 @@ impl ConflictIndex {
             };
             b.reads.retain(|e| !finished(e.call));
             b.writes.retain(|e| !finished(e.call));
+            // A forgotten writer is no resource's last writer any more, and a freed state's
+            // slot may be reused: only current writers stay.
+            b.compact(&self.states);
             if b.reads.is_empty() && b.writes.is_empty() {
                 emptied.push(id);
             }

@@ -522,3 +522,30 @@ fn forgetting_leaves_no_stale_writer_under_a_prefix() {
         .collect();
     assert_eq!(got, Vec::<(usize, String)>::new());
 }
+
+/// A wildcard write that is not a whole prefix leaves the resources it does not match to their
+/// writers, also when it empties its own bucket: a later read of the whole prefix still waits for
+/// them.
+#[test]
+fn a_partial_wildcard_write_keeps_the_writers_it_does_not_match() {
+    for opener in [EffectKind::Reads, EffectKind::Writes] {
+        let mut index = ConflictIndex::new();
+        let mut edges = Vec::new();
+        index.insert(0, &[acc(EffectKind::Writes, "kv:bb")], &mut edges);
+        // Opens the `kv:` bucket; the write that follows contains this entry and empties it.
+        index.insert(1, &[acc(opener, "kv:?a")], &mut edges);
+        index.insert(2, &[acc(EffectKind::Writes, "kv:?a")], &mut edges);
+        edges.clear();
+        index.insert(3, &[acc(EffectKind::Reads, "kv:*")], &mut edges);
+        let mut got: Vec<(usize, String)> = edges
+            .iter()
+            .map(|e| (e.from, e.resource.to_string()))
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            vec![(0, "kv:bb".to_string()), (2, "kv:?a".to_string())],
+            "opened by a {opener:?}"
+        );
+    }
+}

@@ -3,7 +3,7 @@
 //! Takes in: a rendered URL (or an MCP endpoint) and the tool's `network` policy. Hands on: the
 //! parsed [`Url`] that may be sent — the very value the HTTP client sends, never a string parsed
 //! again — or why it may not; and, with the `http` or `mcp` feature, the one HTTP client every
-//! outgoing request goes through ([`client`]).
+//! outgoing request goes through (`client`).
 //!
 //! The rules (semantics section 6):
 //!

@@ -3,8 +3,8 @@
 //! Takes in: a tool's manifest. Hands on: its [`Handler`], the async function that carries out
 //! a call given a [`ToolContext`] and the input. The kernel picks a tool's handler once, when it
 //! is built (`resolve.rs`): with `transport: auto` (the default), a native handler registered in
-//! code; else the handler a [`SpecSynthesizer`] makes from the manifest's `spec` (the [`http`]
-//! synthesizer for `spec: {kind: "http"}`); else the MCP endpoint ([`mcp`], feature `mcp`).
+//! code; else the handler a [`SpecSynthesizer`] makes from the manifest's `spec` (the `http`
+//! synthesizer for `spec: {kind: "http"}`); else the MCP endpoint (`mcp`, feature `mcp`).
 //! `transport: native` takes the first, else the `spec`'s; `transport: mcp` only the endpoint (the
 //! manifest's, or one bound with [`ToolRegistry::bind_mcp_endpoint`]). A tool with none
 //! of them is refused at build unless the embedder accepts unrunnable tools.

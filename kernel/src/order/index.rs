@@ -497,8 +497,8 @@ pub struct ConflictIndex {
     seq: u64,
     /// Scratch: the edges of the call being inserted.
     pending: Pending,
-    /// Bumped whenever a bucket opens or closes: the states' cached covering buckets are current
-    /// while their generation is this one.
+    /// Bumped whenever a bucket opens or closes: a resource's cached covering buckets (in `meta`)
+    /// are current while their generation is this one.
     bucket_generation: u64,
     /// Scratch: bucket ids.
     scratch_prefixes: Vec<u32>,
@@ -637,8 +637,8 @@ impl ConflictIndex {
         mode: AccessMode,
         reads: bool,
     ) {
-        // The covering buckets: found for a new resource, and kept in its state for its writes
-        // (a read of a known resource needs none).
+        // The covering buckets: found for a new resource, and cached beside its state for its
+        // writes (a read of a known resource needs none).
         self.scratch_prefixes.clear();
         let slot = match self.exact.raw_entry_mut().from_key(key) {
             RawEntryMut::Occupied(o) => *o.get(),

@@ -347,8 +347,15 @@ impl Bucket {
     /// Drops the stale writers: those no longer their resource's last writer.
     fn compact(&mut self, states: &[KeyState]) {
         self.writers.retain(|w| is_current(states, *w));
-        self.compact_at = 2 * self.writers.len() + 16;
+        self.compact_at = next_compaction(self.writers.len());
     }
+}
+
+/// The length at which a bucket's writers are next compacted, given `current` entries that are
+/// all current: once the stale ones could outnumber them (plus slack, so that small lists are not
+/// compacted on every write).
+fn next_compaction(current: usize) -> usize {
+    2 * current + 16
 }
 
 /// Lists `call` as the writer of the resource `key` in `slot`, for a bucket about to open.
@@ -615,18 +622,6 @@ impl ConflictIndex {
         v
     }
 
-    /// The bucket prefixes that are prefixes of `s` (including `s` itself when `or_equal`).
-    fn prefixes_of(&mut self, s: &str, or_equal: bool) {
-        self.scratch_prefixes.clear();
-        covering_buckets(
-            &self.prefix_lens,
-            &self.bucket_ids,
-            s,
-            or_equal,
-            &mut self.scratch_prefixes,
-        );
-    }
-
     /// `reads`: the call also reads this resource (a read and a write of one resource merge into
     /// one write-mode entry; the read still makes the edge from the last writer causal).
     fn insert_exact(
@@ -760,7 +755,7 @@ impl ConflictIndex {
                 for &b in longer {
                     if let Some(bucket) = self.buckets.get_mut(b as usize) {
                         bucket.writers.clear();
-                        bucket.compact_at = 16;
+                        bucket.compact_at = next_compaction(0);
                     }
                 }
             }
@@ -832,27 +827,24 @@ impl ConflictIndex {
             let Some(state) = states.get_mut(*slot as usize) else {
                 continue;
             };
-            if !every_key && !resource.matches(k.as_str()) {
-                if let Some(w) = state.last_writer.filter(|_| collect) {
-                    enter_writer(scratch_writers, meta, w, *slot, &k.0);
-                }
-                continue;
-            }
             let label = &k.0;
-            match mode {
-                AccessMode::Read => {
-                    if let Some(w) = state.last_writer {
-                        pending.add(w, call, label, EdgeKind::ReadAfterWrite);
+            if every_key || resource.matches(k.as_str()) {
+                match mode {
+                    AccessMode::Read => {
+                        if let Some(w) = state.last_writer {
+                            pending.add(w, call, label, EdgeKind::ReadAfterWrite);
+                        }
+                    }
+                    AccessMode::Write => {
+                        let last_writer = state.last_writer.replace(call);
+                        state.reads_synced = *seq + 1;
+                        pending.write(call, label, last_writer, &mut state.readers, reads);
                     }
                 }
-                AccessMode::Write => {
-                    let last_writer = state.last_writer.replace(call);
-                    state.reads_synced = *seq + 1;
-                    pending.write(call, label, last_writer, &mut state.readers, reads);
-                }
             }
+            // Matched or not, the resource is under the prefix of the bucket being opened.
             if let Some(w) = state.last_writer.filter(|_| collect) {
-                enter_writer(scratch_writers, meta, w, *slot, &k.0);
+                enter_writer(scratch_writers, meta, w, *slot, label);
             }
         }
     }
@@ -861,8 +853,15 @@ impl ConflictIndex {
     /// prefix starts with it (equal or longer), and how many are shorter. The list is the
     /// index's scratch buffer: the caller gives it back.
     fn overlapping_buckets(&mut self, prefix: &str) -> (Vec<u32>, usize) {
-        self.prefixes_of(prefix, false);
         let mut buckets = std::mem::take(&mut self.scratch_prefixes);
+        buckets.clear();
+        covering_buckets(
+            &self.prefix_lens,
+            &self.bucket_ids,
+            prefix,
+            false,
+            &mut buckets,
+        );
         let shorter = buckets.len();
         for (p, id) in self.bucket_order.range::<str, _>((
             std::ops::Bound::Included(prefix),
@@ -976,7 +975,7 @@ impl ConflictIndex {
                 let writers = std::mem::take(&mut self.scratch_writers);
                 let bucket = Bucket {
                     prefix: prefix.into(),
-                    compact_at: 2 * writers.len() + 16,
+                    compact_at: next_compaction(writers.len()),
                     writers,
                     ..Bucket::default()
                 };

@@ -538,3 +538,45 @@ fn a_partial_wildcard_write_keeps_the_writers_it_does_not_match() {
         );
     }
 }
+
+/// A compact edge names the access of the later call that causes it (here its second one, so a
+/// label fixed to the first access would read `kv:b`), and holds any other pattern: a read of a
+/// whole prefix is labelled with the resource its writer wrote. Given accesses that are not the
+/// call's, the resource is `*`, which overlaps every access, never a pattern that could mislead.
+#[test]
+fn a_compact_edge_names_the_access_that_causes_it() {
+    let (reads, writes) = (EffectKind::Reads, EffectKind::Writes);
+    let mut index = ConflictIndex::new();
+    let mut edges = Vec::new();
+    index.insert_compact(0, &[acc(writes, "kv:a")], &mut edges);
+    let second = [acc(reads, "kv:b"), acc(reads, "kv:a")];
+    index.insert_compact(1, &second, &mut edges);
+    let third = [acc(reads, "kv:*")];
+    index.insert_compact(2, &third, &mut edges);
+    let got: Vec<(usize, usize, EdgeKind, String)> = edges
+        .iter()
+        .map(|e| {
+            let accesses: &[Access] = if e.to == 1 { &second } else { &third };
+            (e.from, e.to, e.kind, e.resource(accesses).to_text())
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (0, 1, EdgeKind::ReadAfterWrite, "kv:a".to_string()),
+            (0, 2, EdgeKind::ReadAfterWrite, "kv:a".to_string()),
+        ]
+    );
+    assert_eq!(edges[0].resource(&[]).to_text(), "*");
+    assert_eq!(edges[1].resource(&[]).to_text(), "kv:a", "held, not named");
+    let resolved = edges[0].clone().resolve(&second);
+    assert_eq!(
+        (resolved.from, resolved.to, resolved.kind, resolved.resource),
+        (
+            0,
+            1,
+            EdgeKind::ReadAfterWrite,
+            Pattern::parse("kv:a").unwrap()
+        )
+    );
+}

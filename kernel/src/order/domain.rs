@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::oneshot;
 
-use super::index::{ConflictIndex, Edge};
+use super::index::{CompactEdge, ConflictIndex, Edge};
 use crate::access::Access;
 use crate::transport::Tool;
 
@@ -236,7 +236,9 @@ pub(crate) struct TenantDomain {
     /// it no longer knows them; every call inserted since waits for those still live (more
     /// waiting than needed, never less).
     barrier: Vec<usize>,
-    scratch: Vec<Edge>,
+    /// The new call's edges as the index finds them: each is resolved to an [`Edge`] only when
+    /// its source has an [`Owner`] to report it to.
+    scratch: Vec<CompactEdge>,
     /// Test hook: the next index insert panics.
     #[cfg(test)]
     pub(crate) panic_next_insert: bool,
@@ -261,7 +263,8 @@ impl TenantDomain {
             if std::mem::take(&mut self.panic_next_insert) {
                 panic!("injected: the conflict index panicked");
             }
-            self.index.insert(position, accesses, &mut self.scratch);
+            self.index
+                .insert_compact(position, accesses, &mut self.scratch);
         }));
         if caught.is_err() {
             self.quarantine();
@@ -293,7 +296,7 @@ impl TenantDomain {
                 named += usize::from(waits);
                 edges.push(FoundEdge {
                     from: from.clone(),
-                    edge: e,
+                    edge: e.resolve(accesses),
                     pending: waits,
                 });
             }

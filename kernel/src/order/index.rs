@@ -125,6 +125,67 @@ pub struct Edge {
     pub kind: EdgeKind,
 }
 
+/// What an edge's resource is, as the index finds it: one of the later call's own accesses (the
+/// commonest case, which takes no reference count), or a pattern the index holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Label {
+    /// The access at this index among those the later call was inserted with.
+    Access(u32),
+    /// Another pattern: a resource under a wildcard, or an earlier wildcard entry.
+    Pattern(Pattern),
+}
+
+/// An edge as the index finds it ([`ConflictIndex::insert_compact`]): its resource is named, not
+/// held, when it is one of the later call's own accesses, so that finding an edge costs no
+/// reference count. [`CompactEdge::resource`] and [`CompactEdge::resolve`] give the
+/// pattern, from the accesses the call was inserted with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompactEdge {
+    /// The earlier call.
+    pub from: usize,
+    /// The later call.
+    pub to: usize,
+    /// Read-after-write, write-after-read or write-after-write.
+    pub kind: EdgeKind,
+    label: Label,
+}
+
+impl CompactEdge {
+    /// One overlapping pattern that causes the edge. `accesses` are those the later call was
+    /// inserted with; given others, the answer is `*`, which overlaps every access (an edge's
+    /// resource names why two calls are ordered, and this one cannot say more).
+    pub fn resource<'a>(&'a self, accesses: &'a [Access]) -> &'a Pattern {
+        match &self.label {
+            Label::Pattern(p) => p,
+            Label::Access(i) => match accesses.get(*i as usize) {
+                Some(a) => &a.resource,
+                None => any_pattern(),
+            },
+        }
+    }
+
+    /// The edge with its resource held ([`Edge`]); `accesses` as for
+    /// [`CompactEdge::resource`].
+    pub fn resolve(self, accesses: &[Access]) -> Edge {
+        let resource = match self.label {
+            Label::Pattern(p) => p,
+            Label::Access(_) => self.resource(accesses).clone(),
+        };
+        Edge {
+            from: self.from,
+            to: self.to,
+            resource,
+            kind: self.kind,
+        }
+    }
+}
+
+/// `*`, parsed once.
+fn any_pattern() -> &'static Pattern {
+    static ANY: std::sync::OnceLock<Pattern> = std::sync::OnceLock::new();
+    ANY.get_or_init(Pattern::any)
+}
+
 /// An exact resource as a map key: the access's own pattern (cloning it is a reference count, not
 /// an allocation), hashed, compared and borrowed as its one string.
 #[derive(Clone)]
@@ -383,7 +444,10 @@ fn is_current(states: &[KeyState], w: Writer) -> bool {
 /// recording an edge borrows only it, while the index's states are walked.
 #[derive(Default)]
 struct Pending {
-    edges: Vec<Edge>,
+    edges: Vec<CompactEdge>,
+    /// The index, among the call's accesses, of the one being inserted: the label
+    /// [`Pending::add`] records for `None`.
+    own: u32,
     /// The sources in `edges` and their places there, kept once `edges` grows past a handful
     /// (a wildcard read finds the same writer again and again).
     from: HashMap<usize, usize>,
@@ -392,8 +456,8 @@ struct Pending {
 impl Pending {
     /// Records the edge `from -> to` once. A second reason for the same edge replaces the first
     /// only when it is causal (read-after-write) and the first was not: provenance follows causal
-    /// edges.
-    fn add(&mut self, from: usize, to: usize, resource: &Pattern, kind: EdgeKind) {
+    /// edges. `resource` is the pattern that causes it, or `None` for the access being inserted.
+    fn add(&mut self, from: usize, to: usize, resource: Option<&Pattern>, kind: EdgeKind) {
         if from == to {
             return;
         }
@@ -405,12 +469,11 @@ impl Pending {
             self.from.get(&from).copied()
         };
         if let Some(at) = known {
-            if kind.is_causal() {
+            if kind.is_causal() && self.edges.get(at).is_some_and(|e| !e.kind.is_causal()) {
+                let label = self.label(resource);
                 if let Some(e) = self.edges.get_mut(at) {
-                    if !e.kind.is_causal() {
-                        e.kind = kind;
-                        e.resource = resource.clone();
-                    }
+                    e.kind = kind;
+                    e.label = label;
                 }
             }
             return;
@@ -423,12 +486,20 @@ impl Pending {
         if self.edges.len() >= 15 {
             self.from.insert(from, self.edges.len());
         }
-        self.edges.push(Edge {
+        let label = self.label(resource);
+        self.edges.push(CompactEdge {
             from,
             to,
-            resource: resource.clone(),
             kind,
+            label,
         });
+    }
+
+    fn label(&self, resource: Option<&Pattern>) -> Label {
+        match resource {
+            Some(p) => Label::Pattern(p.clone()),
+            None => Label::Access(self.own),
+        }
     }
 
     /// The edges of a write that takes a resource over: from the readers since the last writer
@@ -439,7 +510,7 @@ impl Pending {
     fn write(
         &mut self,
         call: usize,
-        resource: &Pattern,
+        resource: Option<&Pattern>,
         last_writer: Option<usize>,
         readers: &mut smallvec::SmallVec<[usize; 4]>,
         reads: bool,
@@ -542,20 +613,34 @@ impl ConflictIndex {
     /// accesses, appending its edges from earlier calls to `out` — at most one edge per earlier
     /// call, with the resource and kind of the first conflict found.
     pub fn insert(&mut self, call: usize, accesses: &[Access], out: &mut Vec<Edge>) {
+        self.find(call, accesses);
+        out.extend(self.pending.edges.drain(..).map(|e| e.resolve(accesses)));
+    }
+
+    /// [`ConflictIndex::insert`], with the edges in their compact form: an edge caused by one of
+    /// the call's own accesses names it rather than holding its pattern (no reference count per
+    /// edge), and [`CompactEdge::resolve`] gives the [`Edge`] when it is wanted.
+    pub fn insert_compact(&mut self, call: usize, accesses: &[Access], out: &mut Vec<CompactEdge>) {
+        self.find(call, accesses);
+        out.append(&mut self.pending.edges);
+    }
+
+    /// Inserts the call, leaving its edges in `self.pending.edges`.
+    fn find(&mut self, call: usize, accesses: &[Access]) {
         self.pending.edges.clear();
+        self.pending.own = 0;
         if let [a] = accesses {
             let reads = a.mode() == AccessMode::Read;
             match a.resource.as_exact() {
                 Some(key) => self.insert_exact(call, key, &a.resource, a.mode(), reads),
                 None => self.insert_wild(call, &a.resource, a.mode(), reads),
             }
-            out.append(&mut self.pending.edges);
             return;
         }
         // One entry per pattern, in the strictest mode of its accesses; entries that read go
         // first (pure reads, then reads-and-writes, then pure writes): a read must see the last
         // writer before this call's own writes take the resource over.
-        let mut entries: smallvec::SmallVec<[(u8, &Access, AccessMode, bool); 8]> =
+        let mut entries: smallvec::SmallVec<[(u8, u32, AccessMode, bool); 8]> =
             smallvec::SmallVec::new();
         for (i, a) in accesses.iter().enumerate() {
             if accesses.iter().take(i).any(|b| b.resource == a.resource) {
@@ -573,16 +658,19 @@ impl ConflictIndex {
                 (true, true) => (1, AccessMode::Write),
                 (true, false) => (2, AccessMode::Write),
             };
-            entries.push((order, a, mode, reads));
+            entries.push((order, i as u32, mode, reads));
         }
         entries.sort_by_key(|e| e.0);
-        for (_, a, mode, reads) in entries {
+        for (_, i, mode, reads) in entries {
+            let Some(a) = accesses.get(i as usize) else {
+                continue; // an entry names one of `accesses`
+            };
+            self.pending.own = i;
             match a.resource.as_exact() {
                 Some(key) => self.insert_exact(call, key, &a.resource, mode, reads),
                 None => self.insert_wild(call, &a.resource, mode, reads),
             }
         }
-        out.append(&mut self.pending.edges);
     }
 
     fn intern(&mut self, p: &Pattern) -> u32 {
@@ -669,8 +757,7 @@ impl ConflictIndex {
                 }
                 // No newer wildcard writer: the last writer is the only write to wait for.
                 if let Some(w) = state.last_writer {
-                    self.pending
-                        .add(w, call, resource, EdgeKind::ReadAfterWrite);
+                    self.pending.add(w, call, None, EdgeKind::ReadAfterWrite);
                 }
             }
             AccessMode::Write => {
@@ -697,7 +784,7 @@ impl ConflictIndex {
                 let last_writer = state.last_writer.replace(call);
                 let reads_synced = std::mem::replace(&mut state.reads_synced, self.seq);
                 self.pending
-                    .write(call, resource, last_writer, &mut state.readers, reads);
+                    .write(call, None, last_writer, &mut state.readers, reads);
                 // Reads synced: only wildcard reads newer than the last write can be unordered.
                 // The buckets are read while only the pending edges change; then each covering
                 // bucket learns its new writer (invariant **writers cover**).
@@ -710,7 +797,7 @@ impl ConflictIndex {
                         let pattern = self.patterns.get(e.pattern as usize);
                         if pattern.is_none_or(|p| p.matches(key)) {
                             self.pending
-                                .add(e.call, call, resource, EdgeKind::WriteAfterRead);
+                                .add(e.call, call, None, EdgeKind::WriteAfterRead);
                         }
                     }
                     bucket.wrote(call, slot, &self.states);
@@ -744,7 +831,7 @@ impl ConflictIndex {
             }
         }
         let (buckets, shorter) = self.overlapping_buckets(prefix);
-        self.wild_against_wild(call, resource, id, mode, reads, &buckets);
+        self.wild_against_wild(call, id, mode, reads, &buckets);
         if mode == AccessMode::Write {
             // The entries a write contains can only sit in buckets whose prefix starts with ours.
             let longer = buckets.get(shorter..).unwrap_or_default();
@@ -783,7 +870,7 @@ impl ConflictIndex {
             // A writer's slot has its resource in its meta (set when it was entered).
             let key = meta.get(w.slot as usize).and_then(|m| m.key.as_ref());
             if let Some(key) = key {
-                pending.add(w.call, call, key, EdgeKind::ReadAfterWrite);
+                pending.add(w.call, call, Some(key), EdgeKind::ReadAfterWrite);
             }
         }
     }
@@ -832,13 +919,13 @@ impl ConflictIndex {
                 match mode {
                     AccessMode::Read => {
                         if let Some(w) = state.last_writer {
-                            pending.add(w, call, label, EdgeKind::ReadAfterWrite);
+                            pending.add(w, call, Some(label), EdgeKind::ReadAfterWrite);
                         }
                     }
                     AccessMode::Write => {
                         let last_writer = state.last_writer.replace(call);
                         state.reads_synced = *seq + 1;
-                        pending.write(call, label, last_writer, &mut state.readers, reads);
+                        pending.write(call, Some(label), last_writer, &mut state.readers, reads);
                     }
                 }
             }
@@ -879,7 +966,6 @@ impl ConflictIndex {
     fn wild_against_wild(
         &mut self,
         call: usize,
-        resource: &Pattern,
         id: u32,
         mode: AccessMode,
         reads: bool,
@@ -906,8 +992,8 @@ impl ConflictIndex {
                         break;
                     };
                     if e.call != call && self.overlaps(id, e.pattern) {
-                        let label = self.label(resource, id, e.pattern);
-                        self.pending.add(e.call, call, &label, kind);
+                        let label = self.label(id, e.pattern);
+                        self.pending.add(e.call, call, label.as_ref(), kind);
                     }
                 }
             }
@@ -995,13 +1081,12 @@ impl ConflictIndex {
     }
 
     /// The label of an edge between a new wildcard access and an earlier one: the narrower
-    /// pattern when one contains the other, else the new one.
-    fn label(&mut self, new: &Pattern, new_id: u32, earlier: u32) -> Pattern {
-        let narrower = match self.contains(new_id, earlier) {
-            true => self.patterns.get(earlier as usize),
+    /// pattern when one contains the other, else the new one (`None`: the access itself).
+    fn label(&mut self, new_id: u32, earlier: u32) -> Option<Pattern> {
+        match self.contains(new_id, earlier) {
+            true => self.patterns.get(earlier as usize).cloned(),
             false => None,
-        };
-        narrower.unwrap_or(new).clone()
+        }
     }
 
     fn drop_prefix_len(&mut self, len: usize) {

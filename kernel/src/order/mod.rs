@@ -8,7 +8,9 @@
 //!   near-linear) finds a new call's nearest conflicting predecessors: a write conflicts with any
 //!   access to an overlapping resource, and the edge says which resource and of what kind
 //!   ([`EdgeKind`]). Property tests hold it to the quadratic reference ([`naive_edges`],
-//!   `reference.rs`).
+//!   `reference.rs`). The domain takes the edges compact ([`CompactEdge`]: an edge caused by
+//!   the call's own access names it instead of holding its pattern) and resolves only those it
+//!   reports.
 //! - A **tenant's domain** (`domain.rs`), living while the tenant has work: the index shared by
 //!   every batch of that tenant (so batches that overlap in time are ordered against each other;
 //!   tenants never wait on each other), and a *slot* per call that has not finished: how many
@@ -60,7 +62,7 @@ mod reference;
 pub mod shared;
 
 pub use graph::ConflictGraph;
-pub use index::{ConflictIndex, Edge, EdgeKind};
+pub use index::{CompactEdge, ConflictIndex, Edge, EdgeKind};
 pub use plan::{Plan, PreparedCall, Rejection};
 #[doc(hidden)]
 pub use reference::{first_conflict, naive_edges};

@@ -580,3 +580,22 @@ fn a_compact_edge_names_the_access_that_causes_it() {
         )
     );
 }
+
+/// Two reasons for one edge that are both not causal: the edge keeps the first found (its kind
+/// and resource), as `insert` promises; only a causal reason replaces it.
+#[test]
+fn a_second_reason_that_is_not_causal_changes_nothing() {
+    let (reads, writes) = (EffectKind::Reads, EffectKind::Writes);
+    let mut index = ConflictIndex::new();
+    let mut edges = Vec::new();
+    index.insert(0, &[acc(reads, "kv:a"), acc(writes, "kv:b")], &mut edges);
+    index.insert(1, &[acc(writes, "kv:a"), acc(writes, "kv:b")], &mut edges);
+    let got: Vec<(usize, usize, EdgeKind, String)> = edges
+        .iter()
+        .map(|e| (e.from, e.to, e.kind, e.resource.to_text()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![(0, 1, EdgeKind::WriteAfterRead, "kv:a".to_string())]
+    );
+}

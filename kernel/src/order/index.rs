@@ -992,8 +992,12 @@ impl ConflictIndex {
                         break;
                     };
                     if e.call != call && self.overlaps(id, e.pattern) {
-                        let label = self.label(id, e.pattern);
-                        self.pending.add(e.call, call, label.as_ref(), kind);
+                        // The label: the narrower pattern when one contains the other, else
+                        // the new one (`None`: the access itself). Borrowed, so that the
+                        // edge takes the one reference count it keeps.
+                        let narrower = self.contains(id, e.pattern);
+                        let label = self.patterns.get(e.pattern as usize).filter(|_| narrower);
+                        self.pending.add(e.call, call, label, kind);
                     }
                 }
             }
@@ -1077,15 +1081,6 @@ impl ConflictIndex {
                 AccessMode::Read => bucket.reads.push(entry),
                 AccessMode::Write => bucket.writes.push(entry),
             }
-        }
-    }
-
-    /// The label of an edge between a new wildcard access and an earlier one: the narrower
-    /// pattern when one contains the other, else the new one (`None`: the access itself).
-    fn label(&mut self, new_id: u32, earlier: u32) -> Option<Pattern> {
-        match self.contains(new_id, earlier) {
-            true => self.patterns.get(earlier as usize).cloned(),
-            false => None,
         }
     }
 
